@@ -1,0 +1,35 @@
+"""instrument: where did this step's time go, on which rank?
+
+Nested timing trees for PyTorch training, from ``@timed`` / ``with timed(...)`` regions,
+at a cost close to reading the clock and without synchronizing the device.
+"""
+
+from instrument import sinks
+from instrument.clocks import Clock
+from instrument.config import configure, disable, enable, is_enabled
+from instrument.region import Region, Timer, current_path, timed, timer
+from instrument.report import Node, Report
+from instrument.reporter import Reporter, step
+from instrument.stats import Stats
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Clock",
+    "Node",
+    "Region",
+    "Report",
+    "Reporter",
+    "Stats",
+    "Timer",
+    "__version__",
+    "configure",
+    "current_path",
+    "disable",
+    "enable",
+    "is_enabled",
+    "sinks",
+    "step",
+    "timed",
+    "timer",
+]

@@ -1,0 +1,131 @@
+"""Clocks: the host clock, CUDA events from a reused pool, and the synchronizing clock.
+
+A region reads the host clock on enter and exit. On the ``"cuda"`` clock it also records a
+CUDA event at each end on the current stream — recording never waits for the device — and
+the pair is resolved at flush time, in one pass, after which the events go back to the pool.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+import torch
+
+CLOCKS = ("auto", "cpu", "cuda", "sync")
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Anything with ``now_ns()``: an injectable host clock (see ``instrument.testing.FakeClock``)."""
+
+    def now_ns(self) -> int:
+        """Return the current time in integer nanoseconds."""
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def cuda_ready() -> bool:
+    """True when CUDA is available *and* already initialised in this process."""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def check_clock(clock: object) -> None:
+    """Raise ``ValueError`` unless ``clock`` is a clock name or a ``Clock`` object."""
+    if isinstance(clock, str):
+        if clock not in CLOCKS:
+            raise ValueError(
+                f"unknown clock {clock!r}; expected one of 'auto', 'cpu', 'cuda', 'sync'"
+                " or an object with a now_ns() method"
+            )
+    elif not isinstance(clock, Clock):
+        raise ValueError(
+            f"unknown clock {clock!r}; expected one of 'auto', 'cpu', 'cuda', 'sync'"
+            " or an object with a now_ns() method"
+        )
+
+
+def resolve(clock: object) -> tuple[str, Callable[[], int]]:
+    """Turn a clock request into ``(mode, host_now)``.
+
+    ``mode`` is "cpu", "cuda" or "sync"; ``host_now`` returns integer nanoseconds.
+    "auto" means "cuda" when CUDA is available and initialised, else "cpu". An explicit
+    "cuda" or "sync" without CUDA warns once and falls back to "cpu".
+    """
+    check_clock(clock)
+    if not isinstance(clock, str):
+        return "cpu", clock.now_ns  # type: ignore[attr-defined]
+    if clock == "auto":
+        return ("cuda" if cuda_ready() else "cpu"), time.perf_counter_ns
+    if clock in ("cuda", "sync") and not torch.cuda.is_available():
+        _warn_once(
+            clock,
+            f"instrument: clock={clock!r} asked for but CUDA is not available; "
+            "using the host clock ('cpu') instead",
+        )
+        return "cpu", time.perf_counter_ns
+    return clock, time.perf_counter_ns
+
+
+class EventPool:
+    """Reusable ``torch.cuda.Event(enable_timing=True)`` objects, one free list per device.
+
+    ``acquire`` and ``release`` are list pops and appends: atomic under the GIL, no lock.
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[torch.cuda.Event]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self) -> torch.cuda.Event:
+        """An event for the current device (new if the pool is empty)."""
+        free = self._free.get(torch.cuda.current_device())
+        if free:
+            try:
+                return free.pop()
+            except IndexError:  # another thread took the last one
+                pass
+        return torch.cuda.Event(enable_timing=True)
+
+    def release(self, device: int, events: list[torch.cuda.Event]) -> None:
+        """Give resolved events back for reuse."""
+        free = self._free.get(device)
+        if free is None:
+            with self._lock:
+                free = self._free.setdefault(device, [])
+        free.extend(events)
+
+    def clear(self) -> None:
+        """Drop every pooled event (after fork, or on reset)."""
+        self._free = {}
+        self._lock = threading.Lock()
+
+
+events = EventPool()
+
+
+def record_event() -> torch.cuda.Event:
+    """Record a pooled timing event on the current stream; never waits for the device."""
+    event = events.acquire()
+    event.record()
+    return event
+
+
+def synchronize() -> None:
+    """Wait for the current device (the ``"sync"`` clock, at both ends of a region)."""
+    torch.cuda.synchronize()
+
+
+def wall_time() -> float:
+    """Seconds since the epoch, for report timestamps."""
+    return time.time()

@@ -1,0 +1,72 @@
+"""``configure()``, ``enable()``, ``disable()``: the process-wide switches.
+
+Each change is resolved once, here, and pushed into the live regions (see
+:func:`instrument.region.apply_all`), so the hot path never re-checks a setting.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from instrument import _state, clocks, region
+
+_UNSET: Any = object()
+
+
+def configure(*, clock: object = _UNSET, level: int | None = _UNSET) -> None:
+    """Set the default clock and the recording level.
+
+    Args:
+        clock: "auto" (default: "cuda" when CUDA is available and initialised, else "cpu"),
+            "cpu", "cuda", "sync", or a ``Clock`` object (``now_ns()``) to use as the host
+            clock, e.g. ``instrument.testing.FakeClock``.
+        level: Regions whose ``level`` is above this are skipped; ``None`` records all.
+    """
+    if clock is not _UNSET:
+        clocks.check_clock(clock)
+    if level is not _UNSET and level is not None:
+        region.check_level(level)
+    if clock is not _UNSET:
+        _state.requested_clock = clock
+        _state.mode = clocks.resolve(clock)[0]
+        _state.now = clock.now_ns if isinstance(clock, clocks.Clock) else time.perf_counter_ns
+    if level is not _UNSET:
+        _state.level = level
+    region.apply_all()
+
+
+def current() -> dict[str, Any]:
+    """The configuration now in force: ``{"clock", "mode", "level", "enabled"}``."""
+    return {
+        "clock": _state.requested_clock,
+        "mode": _state.mode,
+        "level": _state.level,
+        "enabled": _state.enabled,
+    }
+
+
+def refresh_auto_clock() -> None:
+    """Re-resolve ``clock="auto"`` (CUDA may have been initialised since). Cheap; run at flush."""
+    if _state.requested_clock == "auto":
+        mode = "cuda" if clocks.cuda_ready() else "cpu"
+        if mode != _state.mode:
+            _state.mode = mode
+            region.apply_all()
+
+
+def enable() -> None:
+    """Turn instrumentation back on."""
+    _state.enabled = True
+    region.apply_all()
+
+
+def disable() -> None:
+    """Turn every region into a no-op (a decorated call goes straight to the function)."""
+    _state.enabled = False
+    region.apply_all()
+
+
+def is_enabled() -> bool:
+    """True unless :func:`disable` is in force."""
+    return _state.enabled

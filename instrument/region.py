@@ -1,0 +1,583 @@
+"""``timed()``: one object that is a context manager and a decorator — the hot path.
+
+A region's state while it runs is a *frame* ``(node, t0, parent_frame, owner, event)``
+held in a context variable, so the region stack follows threads and asyncio tasks (each
+task has its own context), while durations land in the shared path tree of
+:mod:`instrument.registry`. Entering reads the clock once and sets the context variable;
+exiting reads it again, restores the parent frame and appends the duration to the path's
+buffer. No lock, no device synchronization, one small tuple.
+
+Each ``timed(name, clock=, level=)`` key resolves to one cached region object whose class
+says what it does under the current configuration (:class:`CpuRegion`,
+:class:`CudaRegion`, :class:`SyncRegion`, or :class:`SkippedRegion` when disabled or above
+the configured level). ``configure()``, ``enable()`` and ``disable()`` swap the classes of
+the live regions, so nothing is decided per call that could be decided once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import warnings
+from collections.abc import AsyncGenerator, Callable, Generator
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar, overload
+
+import torch
+import wrapt
+
+from instrument import _state, clocks, registry
+from instrument.registry import CHUNK, ROOT, PathNode, fold
+
+# (node, t0 in ns, parent frame, owner region, start event or None)
+Frame = tuple[PathNode, int, Any, Any, Any]
+ROOT_FRAME: Frame = (ROOT, 0, None, None, None)
+_frame: ContextVar[Frame] = ContextVar("instrument_frame", default=ROOT_FRAME)
+_get = _frame.get
+_set = _frame.set
+
+F = TypeVar("F", bound=Callable[..., Any])
+CPU = "cpu"
+
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def current_path() -> str:
+    """The path of the innermost open region in this context ("" at top level)."""
+    return _get()[0].path
+
+
+def check_name(name: object) -> str:
+    """Validate a region name: a non-empty string without '/'."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"region name must be a non-empty string, got {name!r}")
+    if "/" in name:
+        raise ValueError(
+            f"region name {name!r} contains '/'; '/' separates path levels, "
+            "so nest regions instead (timed('a') around timed('b') records 'a/b')"
+        )
+    return name
+
+
+def check_level(level: object) -> int:
+    """Validate a region level: an int >= 0."""
+    if not isinstance(level, int) or isinstance(level, bool) or level < 0:
+        raise ValueError(f"region level must be an int >= 0, got {level!r}")
+    return level
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _record(node: PathNode, duration_ns: int) -> None:
+    buf = node.buf
+    buf.append(duration_ns)
+    if len(buf) >= CHUNK:
+        fold(node)
+
+
+def _same(a: Frame, b: Frame) -> bool:
+    return a is b or (a[3] is b[3] and a[1] == b[1] and a[0] is b[0])
+
+
+def _unlink(frame: Frame) -> None:
+    """Take ``frame`` off this context's stack, wherever it is (exit by token)."""
+    top = _get()
+    if top is frame:
+        _set(frame[2])
+        return
+    above: list[Frame] = []
+    current: Frame | None = top
+    while current is not None and not _same(current, frame):
+        above.append(current)
+        current = current[2]
+    if current is None:
+        return  # not on this context's stack (closed elsewhere, or already gone)
+    rebuilt = current[2]
+    for f in reversed(above):
+        rebuilt = (f[0], f[1], rebuilt, f[3], f[4])
+    _set(rebuilt)
+
+
+def _close(frame: Frame) -> None:
+    """Stop timing ``frame``: read the clock(s), unlink it, record the duration."""
+    owner = frame[3]
+    if owner.mode == "sync":
+        clocks.synchronize()
+    start_event = frame[4]
+    end_event = clocks.record_event() if start_event is not None else None
+    t1 = owner._now()
+    _unlink(frame)
+    node = frame[0]
+    if end_event is not None:
+        registry.pending.append((node, start_event, end_event, torch.cuda.current_device()))
+    _record(node, t1 - frame[1])
+
+
+class Region:
+    """A named region: ``with region:`` or ``@region``. Built by :func:`timed`."""
+
+    __slots__ = ("_now", "clock", "level", "name")
+    mode: ClassVar[str | None] = None
+
+    def __init__(self, name: str, clock: object = None, level: int = 0) -> None:
+        self.name = name
+        self.clock = clock
+        self.level = level
+        self._now = _state.now
+
+    def __call__(self, func: F) -> F:
+        """Decorate ``func``: each call is timed as this region."""
+        return decorate(func, self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    def __enter__(self) -> Region:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+    def _open(self) -> Frame | None:
+        """Start timing in this context; the frame to give to :func:`_close` (None: skipped)."""
+        parent = _get()
+        node = parent[0].children.get(self.name)
+        if node is None:
+            node = parent[0].child(self.name, self.level, self.mode or CPU)
+        mode = self.mode
+        if mode == "sync":
+            clocks.synchronize()
+        event = clocks.record_event() if mode == "cuda" else None
+        frame: Frame = (node, self._now(), parent, self, event)
+        _set(frame)
+        return frame
+
+    def _exit_top(self) -> None:
+        """Close this region's innermost frame in this context (the ``with`` exit)."""
+        top = _get()
+        if top[3] is self:
+            _close(top)
+            return
+        frame: Frame | None = top[2]
+        while frame is not None and frame[3] is not self:
+            frame = frame[2]
+        if frame is None:
+            _warn_once(
+                f"exit:{self.name}",
+                f"instrument: region {self.name!r} was exited without a matching enter in this "
+                "context (entered in another thread or task?); nothing was recorded",
+            )
+            return
+        _close(frame)
+
+    def _call(self, wrapped: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        frame = self._open()
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            if frame is not None:
+                _close(frame)
+
+
+class CpuRegion(Region):
+    """A region on the host clock: the fastest path, written out in full."""
+
+    __slots__ = ()
+    mode = CPU
+
+    def __enter__(self) -> Region:
+        parent = _get()
+        node = parent[0].children.get(self.name)
+        if node is None:
+            node = parent[0].child(self.name, self.level, CPU)
+        _set((node, self._now(), parent, self, None))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        t1 = self._now()
+        frame = _get()
+        if frame[3] is not self or frame[4] is not None:
+            self._exit_top()
+            return
+        _set(frame[2])
+        node = frame[0]
+        buf = node.buf
+        buf.append(t1 - frame[1])
+        if len(buf) >= CHUNK:
+            fold(node)
+
+
+class DeviceRegion(Region):
+    """A region on the "cuda" or "sync" clock (rarely as hot as a host region)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Region:
+        self._open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._exit_top()
+
+
+class CudaRegion(DeviceRegion):
+    """Host time plus a pair of pooled CUDA events, resolved at flush."""
+
+    __slots__ = ()
+    mode = "cuda"
+
+
+class SyncRegion(DeviceRegion):
+    """Synchronize the device at both ends, then read the host clock."""
+
+    __slots__ = ()
+    mode = "sync"
+
+
+class SkippedRegion(Region):
+    """Disabled, or above the configured level: costs a call and a return."""
+
+    __slots__ = ()
+    mode = None
+
+    def __enter__(self) -> Region:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if _get()[3] is self:  # entered while enabled, exited after disable()
+            _close(_get())
+
+    def _open(self) -> Frame | None:
+        return None
+
+
+_MODE_CLASSES: dict[str, type[Region]] = {
+    "cpu": CpuRegion,
+    "cuda": CudaRegion,
+    "sync": SyncRegion,
+}
+
+# default-option regions by name (the fast lookup), others by (name, clock, level)
+_by_name: dict[str, Region] = {}
+_by_key: dict[tuple[str, object, int], Region] = {}
+
+
+def apply(region: Region) -> None:
+    """Give ``region`` the behaviour the current configuration asks for."""
+    cls: type[Region]
+    if not _state.enabled or (_state.level is not None and region.level > _state.level):
+        cls = SkippedRegion
+    elif region.clock is None:
+        cls = _MODE_CLASSES[_state.mode]
+    else:
+        cls = _MODE_CLASSES[clocks.resolve(region.clock)[0]]
+    region._now = _state.now
+    region.__class__ = cls
+
+
+def apply_all() -> None:
+    """Re-resolve every live region (after ``configure``, ``enable`` or ``disable``)."""
+    with _lock:
+        regions = (*_by_name.values(), *_by_key.values())
+    for region in regions:
+        apply(region)
+
+
+def region_for(name: str, clock: object = None, level: int = 0) -> Region:
+    """The one cached region for this key, created and resolved on first use."""
+    if clock is None and level == 0:
+        found = _by_name.get(name)
+        if found is not None:
+            return found
+    check_name(name)
+    check_level(level)
+    if clock is not None:
+        clocks.check_clock(clock)
+    with _lock:
+        if clock is None and level == 0:
+            region = _by_name.get(name)
+            if region is None:
+                region = _by_name[name] = Region(name)
+                apply(region)
+        else:
+            key = (name, clock, level)
+            region = _by_key.get(key)
+            if region is None:
+                region = _by_key[key] = Region(name, clock, level)
+                apply(region)
+    return region
+
+
+class _NamedByFunction:
+    """``timed()`` / ``timed(clock=...)`` with no name: a decorator naming by ``__qualname__``."""
+
+    __slots__ = ("clock", "level")
+
+    def __init__(self, clock: object, level: int) -> None:
+        self.clock = clock
+        self.level = level
+
+    def __call__(self, func: F) -> F:
+        return decorate(func, region_for(_qualname(func), self.clock, self.level))
+
+    def __enter__(self) -> None:
+        raise TypeError("timed() needs a name when used as a context manager: timed('name')")
+
+    def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
+
+def _qualname(func: Any) -> str:
+    target = getattr(func, "__func__", func)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"cannot name a region after {func!r}; pass timed('name') explicitly")
+    return name.replace("/", ".")
+
+
+def _is_decoratable(obj: object) -> bool:
+    return callable(obj) or isinstance(obj, (classmethod, staticmethod))
+
+
+@overload
+def timed(name: F, /) -> F: ...
+@overload
+def timed(name: str, /, *, clock: object = None, level: int = 0) -> Region: ...
+@overload
+def timed(name: None = None, /, *, clock: object = None, level: int = 0) -> _NamedByFunction: ...
+def timed(name: Any = None, /, *, clock: object = None, level: int = 0) -> Any:
+    """Time a block or a function as a region of the timing tree.
+
+    Args:
+        name: The region's name (no '/'); nested regions record "outer/inner". As a bare
+            decorator (``@timed``) the name is the function's ``__qualname__``.
+        clock: "cpu", "cuda", "sync", "auto", or a ``Clock``; ``None`` follows
+            ``instrument.configure(clock=...)``.
+        level: Regions above the configured level (``configure(level=...)``) are skipped.
+
+    Example:
+        >>> import instrument
+        >>> @instrument.timed("forward")
+        ... def forward(x):
+        ...     return x * 2
+        >>> with instrument.timed("step"):
+        ...     y = forward(3)
+    """
+    if clock is None and level == 0:
+        region = _by_name.get(name)  # type: ignore[arg-type]
+        if region is not None:
+            return region
+    if name is None:
+        check_level(level)
+        if clock is not None:
+            clocks.check_clock(clock)
+        return _NamedByFunction(clock, level)
+    if not isinstance(name, str) and _is_decoratable(name):
+        return decorate(name, region_for(_qualname(name), clock, level))
+    return region_for(name, clock, level)
+
+
+# -- decorators ---------------------------------------------------------------------------
+
+
+def decorate(func: F, region: Region) -> F:
+    """Wrap ``func`` (function, method, classmethod, staticmethod, coroutine or generator
+    function) so that each call — each resumption, for generators — is timed as ``region``."""
+    target = getattr(func, "__func__", func)
+    if inspect.iscoroutinefunction(target):
+        wrapper = _async_wrapper(region)
+    elif inspect.isasyncgenfunction(target):
+        wrapper = _async_generator_wrapper(region)
+    elif inspect.isgeneratorfunction(target):
+        wrapper = _generator_wrapper(region)
+    else:
+        wrapper = _sync_wrapper(region)
+    return wrapt.decorator(wrapper)(func)  # type: ignore[no-any-return]
+
+
+def _sync_wrapper(region: Region) -> Callable[..., Any]:
+    name = region.name
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        r = region
+        mode = r.mode
+        if mode is not CPU:
+            if mode is None:
+                return wrapped(*args, **kwargs)
+            return r._call(wrapped, args, kwargs)
+        parent = _get()
+        node = parent[0].children.get(name)
+        if node is None:
+            node = parent[0].child(name, r.level, CPU)
+        now = r._now
+        t0 = now()
+        _set((node, t0, parent, r, None))
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            t1 = now()
+            _set(parent)
+            buf = node.buf
+            buf.append(t1 - t0)
+            if len(buf) >= CHUNK:
+                fold(node)
+
+    return wrapper
+
+
+def _async_wrapper(region: Region) -> Callable[..., Any]:
+    async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        frame = region._open()
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            if frame is not None:
+                _close(frame)
+
+    return wrapper
+
+
+def _generator_wrapper(region: Region) -> Callable[..., Any]:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        return _timed_generator(region, wrapped(*args, **kwargs))
+
+    return wrapper
+
+
+def _timed_generator(region: Region, gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+    """Drive ``gen``, timing each resumption (each ``next``/``send``/``throw``) as ``region``."""
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        frame = region._open()
+        try:
+            item = gen.send(sent) if thrown is None else gen.throw(thrown)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            if frame is not None:
+                _close(frame)
+        try:
+            sent = yield item
+            thrown = None
+        except GeneratorExit:
+            gen.close()
+            raise
+        except BaseException as exc:  # forwarded into the generator, as yield-from does
+            sent, thrown = None, exc
+
+
+def _async_generator_wrapper(region: Region) -> Callable[..., Any]:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        return _timed_async_generator(region, wrapped(*args, **kwargs))
+
+    return wrapper
+
+
+async def _timed_async_generator(
+    region: Region, agen: AsyncGenerator[Any, Any]
+) -> AsyncGenerator[Any, Any]:
+    """Drive ``agen``, timing each resumption as ``region``."""
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        frame = region._open()
+        try:
+            item = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+        except StopAsyncIteration:
+            return
+        finally:
+            if frame is not None:
+                _close(frame)
+        try:
+            sent = yield item
+            thrown = None
+        except GeneratorExit:
+            await agen.aclose()
+            raise
+        except BaseException as exc:
+            sent, thrown = None, exc
+
+
+# -- manual timers ------------------------------------------------------------------------
+
+
+class Timer:
+    """A region started and stopped by hand, for code that cannot use ``with``.
+
+    Example:
+        >>> t = instrument.timer("checkpoint")
+        >>> t.start()
+        >>> ...  # regions entered here nest under "checkpoint"
+        >>> t.stop()
+    """
+
+    __slots__ = ("_frame", "_running", "region")
+
+    def __init__(self, region: Region) -> None:
+        self.region = region
+        self._frame: Frame | None = None
+        self._running = False
+
+    @property
+    def name(self) -> str:
+        """The region's name."""
+        return self.region.name
+
+    @property
+    def running(self) -> bool:
+        """True between ``start()`` and ``stop()``."""
+        return self._running
+
+    def start(self) -> Timer:
+        """Start the region; raises ``RuntimeError`` if it is already running."""
+        if self._running:
+            raise RuntimeError(
+                f"timer {self.name!r} is already running; call stop() before start()"
+            )
+        self._frame = self.region._open()
+        self._running = True
+        return self
+
+    def stop(self) -> None:
+        """Stop the region and record it; raises ``RuntimeError`` if it was not started."""
+        if not self._running:
+            raise RuntimeError(f"timer {self.name!r} was stopped without being started")
+        frame, self._frame, self._running = self._frame, None, False
+        if frame is not None:
+            _close(frame)
+
+    def __repr__(self) -> str:
+        state = "running" if self._running else "stopped"
+        return f"<Timer {self.name!r} {state}>"
+
+
+def timer(name: str, *, clock: object = None, level: int = 0) -> Timer:
+    """A manual :class:`Timer` for region ``name`` (``start()`` / ``stop()``)."""
+    return Timer(region_for(name, clock, level))

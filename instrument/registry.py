@@ -1,0 +1,191 @@
+"""Where durations land: one tree of path nodes, appended to without locks.
+
+A region's exit appends its duration (integer ns) to its path node's ``buf`` list, an
+operation that is atomic under the GIL, so any number of threads can record into the same
+path at once. Nothing else happens on the hot path, except that a buffer grown to
+``CHUNK`` entries is folded into the node's accumulator (under the lock, once per
+``CHUNK`` calls), which bounds memory by the number of paths.
+
+``collect()`` swaps every buffer out under the lock and folds it. A thread that had
+already read a buffer when it was swapped may still append to it: each swapped-out buffer
+is kept ("retired") and its tail is read at the next swap, so a record lands in this
+report or the next, never nowhere. Device (CUDA event) timings wait in ``pending`` until
+the flush resolves them in one pass.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from instrument import clocks
+from instrument.stats import Accumulator
+
+CHUNK = 4096
+
+_lock = threading.Lock()
+
+
+class PathNode:
+    """One path of the timing tree ("step/forward"), shared by every thread."""
+
+    __slots__ = (
+        "acc",
+        "buf",
+        "children",
+        "device",
+        "level",
+        "mode",
+        "name",
+        "parent",
+        "path",
+        "retired",
+        "retired_len",
+    )
+
+    def __init__(self, name: str, parent: PathNode | None, level: int = 0) -> None:
+        self.name = name
+        self.parent = parent
+        self.path = f"{parent.path}/{name}" if parent is not None and parent.path else name
+        self.level = level
+        self.mode = "cpu"
+        self.children: dict[str, PathNode] = {}
+        self.buf: list[int] = []
+        self.acc = Accumulator()
+        self.device = Accumulator()
+        self.retired: list[int] | None = None
+        self.retired_len = 0
+
+    def child(self, name: str, level: int, mode: str) -> PathNode:
+        """The child called ``name``, created on first use (the only locked step of a region)."""
+        with _lock:
+            node = self.children.get(name)
+            if node is None:
+                node = PathNode(name, self, level)
+                node.mode = mode
+                self.children[name] = node
+            elif mode != "cpu":
+                node.mode = mode
+            return node
+
+    def __repr__(self) -> str:
+        return f"<PathNode {self.path!r}>"
+
+
+ROOT = PathNode("", None)
+
+#: (node, start event, end event, device index) for device-clock regions, resolved at flush.
+pending: list[tuple[PathNode, Any, Any, int]] = []
+_pending_retired: list[tuple[PathNode, Any, Any, int]] | None = None
+_pending_retired_len = 0
+
+
+def _drain(node: PathNode) -> None:
+    """Move ``node.buf`` (and a late tail of the buffer retired before it) into ``node.acc``.
+
+    The caller holds ``_lock``.
+    """
+    buf = node.buf
+    node.buf = []
+    retired = node.retired
+    if retired is not None and len(retired) > node.retired_len:
+        node.acc.add_batch(retired[node.retired_len :])
+    snapshot = buf[:]
+    node.acc.add_batch(snapshot)
+    node.retired = buf
+    node.retired_len = len(snapshot)
+
+
+def fold(node: PathNode) -> None:
+    """Fold a full buffer (called from the hot path once per ``CHUNK`` records)."""
+    with _lock:
+        if len(node.buf) >= CHUNK:
+            _drain(node)
+
+
+def walk(node: PathNode = ROOT) -> Iterator[PathNode]:
+    """Every node below ``node``, parents before children, in creation order."""
+    stack = list(reversed(tuple(node.children.values())))
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(tuple(current.children.values())))
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What one path recorded during an interval."""
+
+    node: PathNode
+    host: Accumulator
+    device: Accumulator | None
+
+
+def collect() -> list[Collected]:
+    """Snapshot and reset every path; resolve pending device events. Parents come first."""
+    global pending, _pending_retired, _pending_retired_len
+    taken: list[tuple[PathNode, Accumulator]] = []
+    with _lock:
+        for node in walk():
+            _drain(node)
+            if node.acc.count:
+                taken.append((node, node.acc))
+                node.acc = Accumulator()
+        events = pending
+        pending = []
+        late: list[tuple[PathNode, Any, Any, int]] = []
+        if _pending_retired is not None and len(_pending_retired) > _pending_retired_len:
+            late = _pending_retired[_pending_retired_len:]
+        batch = late + events[:]
+        _pending_retired, _pending_retired_len = events, len(batch) - len(late)
+    device = _resolve(batch)
+    out = [Collected(node, host, device.pop(node, None)) for node, host in taken]
+    out.extend(Collected(node, Accumulator(), acc) for node, acc in device.items())
+    return out
+
+
+def _resolve(batch: list[tuple[PathNode, Any, Any, int]]) -> dict[PathNode, Accumulator]:
+    """Device durations per node from (start, end) event pairs; waits only for those events."""
+    if not batch:
+        return {}
+    durations: dict[PathNode, list[int]] = {}
+    used: dict[int, list[Any]] = {}
+    for node, start, end, device in batch:
+        end.synchronize()
+        durations.setdefault(node, []).append(round(start.elapsed_time(end) * 1e6))
+        used.setdefault(device, []).extend((start, end))
+    for device, evs in used.items():
+        clocks.events.release(device, evs)
+    out: dict[PathNode, Accumulator] = {}
+    for node, values in durations.items():
+        acc = Accumulator()
+        acc.add_batch(values)
+        out[node] = acc
+    return out
+
+
+def clear() -> None:
+    """Forget everything recorded (paths stay known)."""
+    global pending, _pending_retired, _pending_retired_len
+    with _lock:
+        for node in walk():
+            node.buf = []
+            node.acc = Accumulator()
+            node.retired = None
+            node.retired_len = 0
+        pending = []
+        _pending_retired, _pending_retired_len = None, 0
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker, say) starts with nothing recorded."""
+    global _lock
+    _lock = threading.Lock()  # the parent may have held it while forking
+    clocks.events.clear()
+    clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,223 @@
+"""The report: pure, frozen data in seconds. Rendering lives in :mod:`instrument.tree`."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from instrument.stats import Stats
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Node:
+    """Statistics of one path for one interval, in seconds.
+
+    ``count``, ``total``, ``mean``, ``min``, ``max``, ``std``, ``p50``, ``p90``, ``p99`` and
+    ``self`` describe the region's primary time: device time for a region on the "cuda"
+    clock, host time otherwise. ``host`` always holds the host-side (enter → exit) time, and
+    ``device`` the CUDA-event time when there is one, so both can be compared.
+    """
+
+    path: str
+    host: Stats
+    device: Stats | None = None
+    self_time: float = 0.0
+    clock: str = "cpu"
+    level: int = 0
+
+    @property
+    def name(self) -> str:
+        """The last segment of the path."""
+        return self.path.rpartition("/")[2]
+
+    @property
+    def parent(self) -> str:
+        """The parent's path ("" for a top-level region)."""
+        return self.path.rpartition("/")[0]
+
+    @property
+    def stats(self) -> Stats:
+        """The primary statistics (device if measured, else host)."""
+        return self.device if self.device is not None else self.host
+
+    @property
+    def count(self) -> int:
+        """Number of calls (never normalized)."""
+        return self.stats.count
+
+    @property
+    def total(self) -> float:
+        """Total time (seconds, normalized)."""
+        return self.stats.total
+
+    @property
+    def mean(self) -> float:
+        """Mean time per call (seconds)."""
+        return self.stats.mean
+
+    @property
+    def min(self) -> float:
+        """Shortest call (seconds)."""
+        return self.stats.min
+
+    @property
+    def max(self) -> float:
+        """Longest call (seconds)."""
+        return self.stats.max
+
+    @property
+    def std(self) -> float:
+        """Standard deviation of the calls (seconds)."""
+        return self.stats.std
+
+    @property
+    def p50(self) -> float:
+        """Median call, from the histogram (seconds)."""
+        return self.stats.p50
+
+    @property
+    def p90(self) -> float:
+        """90th percentile call (seconds)."""
+        return self.stats.p90
+
+    @property
+    def p99(self) -> float:
+        """99th percentile call (seconds)."""
+        return self.stats.p99
+
+    @property
+    def self(self) -> float:
+        """Total minus the totals of the children (seconds)."""
+        return self.self_time
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict; :meth:`from_dict` restores it exactly."""
+        return {
+            "path": self.path,
+            "clock": self.clock,
+            "level": self.level,
+            "self": self.self_time,
+            "host": self.host.to_dict(),
+            "device": None if self.device is None else self.device.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Node:
+        """Inverse of :meth:`to_dict`."""
+        device = data.get("device")
+        return cls(
+            path=str(data["path"]),
+            host=Stats.from_dict(data["host"]),
+            device=None if device is None else Stats.from_dict(device),
+            self_time=float(data["self"]),
+            clock=str(data.get("clock", "cpu")),
+            level=int(data.get("level", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Report:
+    """One interval's timing tree.
+
+    ``nodes`` are in tree order (parents before children). ``report[path]`` gives a
+    :class:`Node`; ``steps`` is the number of ``step()`` ticks in the interval and
+    ``step_time`` the measured time between them (normalized like the nodes), or ``None``
+    when no step was marked.
+    """
+
+    nodes: tuple[Node, ...] = ()
+    steps: int = 0
+    step_time: Stats | None = None
+    normalizer: float | str = 1.0
+    index: int = 0
+    start_time: float = 0.0
+    end_time: float = 0.0
+    rank: int = 0
+    world_size: int = 1
+    _by_path: dict[str, Node] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_path", {node.path: node for node in self.nodes})
+
+    def __getitem__(self, path: str) -> Node:
+        try:
+            return self._by_path[path]
+        except KeyError:
+            close = difflib.get_close_matches(path, self._by_path, n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise KeyError(f"no region {path!r} in this report{hint}") from None
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._by_path
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def get(self, path: str) -> Node | None:
+        """The node at ``path``, or ``None``."""
+        return self._by_path.get(path)
+
+    def paths(self) -> tuple[str, ...]:
+        """Every recorded path, parents before children."""
+        return tuple(node.path for node in self.nodes)
+
+    def children(self, path: str = "") -> tuple[Node, ...]:
+        """The nodes directly below ``path`` ("" for the top level)."""
+        return tuple(node for node in self.nodes if node.parent == path)
+
+    @property
+    def other(self) -> float | None:
+        """Step time no top-level region covered (seconds), or ``None`` without steps."""
+        if self.step_time is None:
+            return None
+        covered = sum(node.total for node in self.children(""))
+        return max(self.step_time.total - covered, 0.0)
+
+    def render(self, *, unicode: bool = True, width: int | None = None) -> str:
+        """The text tree (see :func:`instrument.tree.render_text`)."""
+        from instrument.tree import render_text
+
+        return render_text(self, unicode=unicode, width=width)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict; :meth:`from_dict` restores an equal report."""
+        return {
+            "version": FORMAT_VERSION,
+            "index": self.index,
+            "steps": self.steps,
+            "normalizer": self.normalizer,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "step_time": None if self.step_time is None else self.step_time.to_dict(),
+            "nodes": [node.to_dict() for node in self.nodes],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
+        """Inverse of :meth:`to_dict`; raises ``ValueError`` for something that is not one."""
+        if not isinstance(data, Mapping) or "nodes" not in data:
+            raise ValueError("not an instrument report: expected a mapping with a 'nodes' list")
+        version = data.get("version", FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise ValueError(
+                f"unsupported report version {version!r}; this instrument reads {FORMAT_VERSION}"
+            )
+        step_time = data.get("step_time")
+        normalizer = data.get("normalizer", 1.0)
+        return cls(
+            nodes=tuple(Node.from_dict(node) for node in data["nodes"]),
+            steps=int(data.get("steps", 0)),
+            step_time=None if step_time is None else Stats.from_dict(step_time),
+            normalizer=normalizer if isinstance(normalizer, str) else float(normalizer),
+            index=int(data.get("index", 0)),
+            start_time=float(data.get("start_time", 0.0)),
+            end_time=float(data.get("end_time", 0.0)),
+            rank=int(data.get("rank", 0)),
+            world_size=int(data.get("world_size", 1)),
+        )

@@ -1,0 +1,335 @@
+"""The Reporter: when to flush, and the flush pipeline.
+
+``flush()`` = collect every path's statistics (resetting them) → resolve device events →
+build the tree with self times → normalize → filter by level → one frozen
+:class:`~instrument.report.Report` → each sink in turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import threading
+import weakref
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from instrument import _state, clocks, config, registry
+from instrument.report import Node, Report
+from instrument.sinks.base import Sink, as_sink
+from instrument.stats import Accumulator, Stats
+
+logger = logging.getLogger("instrument")
+
+RANKS = ("local", "max", "minmax", "all")
+
+_live: weakref.WeakSet[Reporter] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+def step(samples: int | None = None, tokens: int | None = None) -> None:
+    """Mark the end of one training iteration on every live reporter.
+
+    Counts are optional; they are summed per interval.
+    """
+    with _live_lock:
+        reporters = tuple(_live)
+    for reporter in reporters:
+        reporter.step(samples=samples, tokens=tokens)
+
+
+def live_reporters() -> tuple[Reporter, ...]:
+    """The reporters that ``instrument.step()`` ticks."""
+    with _live_lock:
+        return tuple(_live)
+
+
+def _check_every(every: object) -> int | None:
+    if every is None:
+        return None
+    if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
+        raise ValueError(f"every must be a positive int (steps between flushes) or None, got {every!r}")
+    return every
+
+
+def _check_normalizer(normalizer: object) -> float | str:
+    if normalizer == "steps":
+        return "steps"
+    if isinstance(normalizer, bool) or not isinstance(normalizer, numbers.Real):
+        raise ValueError(
+            f"unknown normalizer {normalizer!r}; expected a number > 0 or 'steps'"
+        )
+    if not float(normalizer) > 0.0:
+        raise ValueError(f"normalizer must be > 0, got {normalizer!r}")
+    return float(normalizer)
+
+
+def _check_ranks(ranks: object) -> str:
+    if ranks not in RANKS:
+        raise ValueError(
+            f"unknown ranks {ranks!r}; expected one of 'local', 'max', 'minmax', 'all'"
+        )
+    return str(ranks)
+
+
+class Reporter:
+    """Flushes the timing registry every ``every`` steps into a :class:`Report` for its sinks.
+
+    Args:
+        every: Flush after this many ``step()`` ticks; ``None`` flushes only on demand.
+        sinks: Objects with ``write(report)`` or plain callables taking a report.
+        normalizer: A number divides every time (Megatron semantics); ``"steps"`` gives
+            per-step totals (``total`` and ``self`` divided by the steps in the interval;
+            per-call statistics stay per call). Counts are never divided.
+        level: Leave regions above this level (and what is below them) out of reports.
+        ranks: "local" (this process). "max", "minmax", "all" combine ranks once a process
+            group is running (the distributed support); in one process they equal "local".
+
+    Example:
+        >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.Console()])
+        >>> for batch in loader:
+        ...     train_step(batch)
+        ...     instrument.step()          # every 50 steps: a tree on stdout
+        >>> reporter.close()
+    """
+
+    def __init__(
+        self,
+        every: int | None = 50,
+        sinks: Iterable[Any] | None = None,
+        normalizer: float | str = 1.0,
+        level: int | None = None,
+        ranks: str = "local",
+    ) -> None:
+        self.every = _check_every(every)
+        self.normalizer = _check_normalizer(normalizer)
+        if level is not None:
+            from instrument.region import check_level
+
+            check_level(level)
+        self.level = level
+        self.ranks = _check_ranks(ranks)
+        self._sinks: tuple[Sink, ...] = tuple(as_sink(s) for s in (sinks or ()))
+        self._failed: set[int] = set()
+        self._lock = threading.Lock()
+        self._index = 0
+        self._closed = False
+        self._reset_interval()
+        config.refresh_auto_clock()
+        with _live_lock:
+            _live.add(self)
+
+    def _reset_interval(self) -> None:
+        self._steps = 0
+        self._step_ns: list[int] = []
+        self._last_tick = _state.now()
+        self._start_wall = clocks.wall_time()
+
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        """The sinks, in the order they receive each report."""
+        return self._sinks
+
+    def add_sink(self, sink: Any) -> None:
+        """Append a sink."""
+        adapted = as_sink(sink)
+        with self._lock:
+            self._sinks = (*self._sinks, adapted)
+
+    @property
+    def steps(self) -> int:
+        """Steps marked in the current interval."""
+        return self._steps
+
+    def step(self, samples: int | None = None, tokens: int | None = None) -> Report | None:
+        """Mark the end of one iteration; flush (and return the report) every ``every`` steps."""
+        now = _state.now()
+        self._step_ns.append(now - self._last_tick)
+        self._last_tick = now
+        self._steps += 1
+        if self.every is not None and self._steps >= self.every:
+            return self.flush()
+        return None
+
+    def flush(self) -> Report:
+        """Snapshot and reset the registry, build the report, hand it to every sink."""
+        config.refresh_auto_clock()
+        collected = registry.collect()
+        steps, step_ns = self._steps, self._step_ns
+        start_wall = self._start_wall
+        self._steps, self._step_ns, self._start_wall = 0, [], clocks.wall_time()
+        self._index += 1
+        report = build_report(
+            collected,
+            steps=steps,
+            step_ns=step_ns,
+            normalizer=self.normalizer,
+            level=self.level,
+            index=self._index,
+            start_time=start_wall,
+            end_time=self._start_wall,
+        )
+        self._emit(report)
+        return report
+
+    def _emit(self, report: Report) -> None:
+        for sink in self._sinks:
+            try:
+                sink.write(report)
+            except Exception:
+                if id(sink) not in self._failed:
+                    self._failed.add(id(sink))
+                    logger.exception(
+                        "instrument: sink %r failed and was skipped; training goes on "
+                        "(reported once per sink)",
+                        sink,
+                    )
+
+    def close(self) -> Report | None:
+        """Flush what is left (if anything), close the sinks, and stop receiving steps."""
+        if self._closed:
+            return None
+        self._closed = True
+        with _live_lock:
+            _live.discard(self)
+        report = None
+        if self._steps or any(node.buf or node.acc.count for node in registry.walk()):
+            report = self.flush()
+        for sink in self._sinks:
+            try:
+                sink.close()
+            except Exception:
+                logger.exception("instrument: closing sink %r failed", sink)
+        return report
+
+    def _detach(self) -> None:
+        """Stop receiving steps without flushing or closing sinks (``testing.reset``)."""
+        self._closed = True
+        with _live_lock:
+            _live.discard(self)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Reporter(every={self.every!r}, normalizer={self.normalizer!r}, "
+            f"level={self.level!r}, ranks={self.ranks!r}, sinks={len(self._sinks)})"
+        )
+
+
+def _rank_and_world() -> tuple[int, int]:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def build_report(
+    collected: list[registry.Collected],
+    *,
+    steps: int,
+    step_ns: list[int],
+    normalizer: float | str,
+    level: int | None,
+    index: int = 0,
+    start_time: float = 0.0,
+    end_time: float = 0.0,
+) -> Report:
+    """Turn one interval's collected accumulators into a normalized :class:`Report`."""
+    hidden: set[str] = set()
+    kept: list[registry.Collected] = []
+    for item in sorted(collected, key=lambda c: _tree_key(c.node)):
+        node = item.node
+        parent = node.parent.path if node.parent is not None else ""
+        if parent in hidden or (level is not None and node.level > level):
+            hidden.add(node.path)
+            continue
+        kept.append(item)
+
+    def frozen(acc: Accumulator) -> Stats:
+        return acc.to_stats()
+
+    def scale(stats: Stats) -> Stats:
+        if normalizer == "steps":
+            if not steps:
+                return stats
+            per_step = 1.0 / steps
+            return Stats(stats.count, stats.total * per_step, *_per_call(stats))
+        return stats if normalizer == 1.0 else stats.scaled(1.0 / float(normalizer))
+
+    host: dict[str, Stats] = {}
+    device: dict[str, Stats | None] = {}
+    for item in kept:
+        host[item.node.path] = scale(frozen(item.host))
+        device[item.node.path] = None if item.device is None else scale(frozen(item.device))
+
+    child_total: dict[str, float] = {}
+    for item in kept:
+        node = item.node
+        if node.parent is not None and node.parent.path in host:
+            primary = device[node.path] or host[node.path]
+            child_total[node.parent.path] = child_total.get(node.parent.path, 0.0) + primary.total
+
+    nodes = []
+    for item in kept:
+        path = item.node.path
+        primary = device[path] or host[path]
+        nodes.append(
+            Node(
+                path=path,
+                host=host[path],
+                device=device[path],
+                self_time=max(primary.total - child_total.get(path, 0.0), 0.0),
+                clock="cuda" if device[path] is not None else item.node.mode,
+                level=item.node.level,
+            )
+        )
+
+    step_time = None
+    if steps:
+        acc = Accumulator()
+        acc.add_batch(step_ns)
+        step_time = scale(acc.to_stats())
+    rank, world = _rank_and_world()
+    return Report(
+        nodes=tuple(nodes),
+        steps=steps,
+        step_time=step_time,
+        normalizer=normalizer,
+        index=index,
+        start_time=start_time,
+        end_time=end_time,
+        rank=rank,
+        world_size=world,
+    )
+
+
+def _per_call(stats: Stats) -> tuple[float, ...]:
+    return (stats.mean, stats.min, stats.max, stats.std, stats.p50, stats.p90, stats.p99)
+
+
+def _tree_key(node: registry.PathNode) -> tuple[int, ...]:
+    """Order nodes as the tree was built: parents first, siblings by creation."""
+    key: list[int] = []
+    while node.parent is not None:
+        siblings = list(node.parent.children)
+        key.append(siblings.index(node.name))
+        node = node.parent
+    return tuple(reversed(key))

@@ -1,0 +1,73 @@
+"""The sink interface: ``write(report)`` required, ``flush()`` / ``close()`` optional."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from instrument.report import Report
+
+
+class Sink:
+    """Base class for sinks. Only :meth:`write` must be overridden.
+
+    A sink never reaches back into the registry: it gets a frozen report. If ``write``
+    raises, the reporter logs it once and carries on with the other sinks.
+    """
+
+    def write(self, report: Report) -> None:
+        """Receive one report."""
+        raise NotImplementedError(f"{type(self).__name__} must implement write(report)")
+
+    def flush(self) -> None:
+        """Push buffered output out (no-op by default)."""
+
+    def close(self) -> None:
+        """Release resources (no-op by default)."""
+
+
+class CallableSink(Sink):
+    """Adapts a plain function ``fn(report)`` to a sink."""
+
+    def __init__(self, fn: Callable[[Report], Any]) -> None:
+        self.fn = fn
+
+    def write(self, report: Report) -> None:
+        self.fn(report)
+
+    def __repr__(self) -> str:
+        return f"CallableSink({self.fn!r})"
+
+
+class _Duck(Sink):
+    """Adapts an object with ``write`` (and maybe ``flush``/``close``) not derived from Sink."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def write(self, report: Report) -> None:
+        self.target.write(report)
+
+    def flush(self) -> None:
+        if hasattr(self.target, "flush"):
+            self.target.flush()
+
+    def close(self) -> None:
+        if hasattr(self.target, "close"):
+            self.target.close()
+
+    def __repr__(self) -> str:
+        return repr(self.target)
+
+
+def as_sink(obj: Any) -> Sink:
+    """A :class:`Sink` for ``obj``: a Sink, an object with ``write(report)``, or a callable."""
+    if isinstance(obj, Sink):
+        return obj
+    if callable(getattr(obj, "write", None)):
+        return _Duck(obj)
+    if callable(obj):
+        return CallableSink(obj)
+    raise TypeError(
+        f"not a sink: {obj!r}; pass an object with write(report) or a function taking a report"
+    )

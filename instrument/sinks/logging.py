@@ -1,0 +1,40 @@
+"""Logging: one record per report on a standard ``logging`` logger."""
+
+from __future__ import annotations
+
+import logging
+
+from instrument.report import Report
+from instrument.sinks.base import Sink
+
+
+class Logging(Sink):
+    """Log each report's tree as one record.
+
+    The record carries the report as ``record.instrument_report`` (a ``Report``), so a
+    handler can format it differently.
+
+    Args:
+        logger: A logger or its name (default ``"instrument"``).
+        level: The record's level (default ``logging.INFO``).
+
+    Distributed: construct it on every rank; each rank logs its own report.
+    """
+
+    def __init__(self, logger: logging.Logger | str = "instrument", level: int = logging.INFO) -> None:
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        if not isinstance(level, int):
+            raise ValueError(f"level must be a logging level int, got {level!r}")
+        self.level = level
+
+    def write(self, report: Report) -> None:
+        if self.logger.isEnabledFor(self.level):
+            self.logger.log(
+                self.level,
+                "%s",
+                report.render(unicode=True),
+                extra={"instrument_report": report},
+            )
+
+    def __repr__(self) -> str:
+        return f"Logging(logger={self.logger.name!r}, level={logging.getLevelName(self.level)})"

@@ -1,0 +1,151 @@
+"""Pure functions over a :class:`~instrument.report.Report`: the tree and its text form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from instrument.report import Node, Report
+
+UNICODE_LINES = ("├── ", "└── ", "│   ", "    ")
+ASCII_LINES = ("|-- ", "`-- ", "|   ", "    ")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the rendered tree."""
+
+    label: str  # tree lines + name
+    total: float | None
+    percent: float | None
+    count: int | None
+    mean: float | None
+    max: float | None
+    host: float | None = None
+
+
+def children_by_parent(report: Report) -> dict[str, list[Node]]:
+    """Direct children of each path, most total time first. A node whose parent was not
+    recorded this interval (still open at flush) is attached to the nearest recorded
+    ancestor, or to the top level."""
+    out: dict[str, list[Node]] = {}
+    for node in report.nodes:
+        parent = node.parent
+        while parent and parent not in report:
+            parent = parent.rpartition("/")[0]
+        out.setdefault(parent, []).append(node)
+    for siblings in out.values():
+        siblings.sort(key=lambda n: -n.total)
+    return out
+
+
+def _label_name(node: Node, parent: str) -> str:
+    return node.path[len(parent) + 1 :] if parent else node.path
+
+
+def rows(report: Report, *, unicode: bool = True) -> list[Row]:
+    """The rows of the tree: an optional step root, regions, and an "(other)" line."""
+    tee, elbow, pipe, blank = UNICODE_LINES if unicode else ASCII_LINES
+    kids = children_by_parent(report)
+    has_device = any(node.device is not None for node in report.nodes)
+    out: list[Row] = []
+
+    def add(node: Node, parent: str, prefix: str, last: bool, parent_total: float | None) -> None:
+        branch = (elbow if last else tee) if prefix is not None else ""
+        out.append(
+            Row(
+                label=f"{prefix or ''}{branch}{_label_name(node, parent)}",
+                total=node.total,
+                percent=_percent(node.total, parent_total),
+                count=node.count,
+                mean=node.mean,
+                max=node.max,
+                host=node.host.total if has_device else None,
+            )
+        )
+        below = kids.get(node.path, [])
+        child_prefix = (prefix or "") + ((blank if last else pipe) if prefix is not None else "")
+        for i, child in enumerate(below):
+            add(child, node.path, child_prefix, i == len(below) - 1, node.total)
+
+    top = kids.get("", [])
+    if report.step_time is not None:
+        step = report.step_time
+        out.append(
+            Row(
+                f"step ({report.steps} steps)",
+                step.total,
+                100.0,
+                step.count,
+                step.mean,
+                step.max,
+                step.total if has_device else None,
+            )
+        )
+        other = report.other or 0.0
+        for i, node in enumerate(top):
+            add(node, "", "", i == len(top) - 1 and other <= 0.0, step.total)
+        if other > 0.0:
+            out.append(
+                Row(f"{elbow}(other)", other, _percent(other, step.total), None, None, None)
+            )
+    else:
+        covered = sum(node.total for node in top)
+        for node in top:
+            add(node, "", None, True, covered)  # type: ignore[arg-type]
+    return out
+
+
+def _percent(value: float, whole: float | None) -> float | None:
+    if whole is None or whole <= 0.0:
+        return None
+    return 100.0 * value / whole
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value * 1e3:.3f}"
+
+
+def render_text(report: Report, *, unicode: bool = True, width: int | None = None) -> str:
+    """The report as a text tree: names with tree lines on the left, aligned figures on
+    the right (times in milliseconds, % of the parent line, number of calls)."""
+    table = rows(report, unicode=unicode)
+    has_device = any(row.host is not None for row in table)
+    headers = ["total ms", "%", "calls", "mean ms", "max ms"] + (["host ms"] if has_device else [])
+    cells = [
+        [
+            _ms(row.total),
+            "" if row.percent is None else f"{row.percent:.1f}",
+            "" if row.count is None else str(row.count),
+            _ms(row.mean),
+            _ms(row.max),
+        ]
+        + ([_ms(row.host)] if has_device else [])
+        for row in table
+    ]
+    label_width = max([len(row.label) for row in table] + [len("region")])
+    if width is not None:
+        label_width = max(label_width, width)
+    col = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    title = _title(report)
+    lines = [title, "region".ljust(label_width) + "".join(f"  {h:>{w}}" for h, w in zip(headers, col))]
+    for row, cell in zip(table, cells):
+        lines.append(row.label.ljust(label_width) + "".join(f"  {c:>{w}}" for c, w in zip(cell, col)))
+    if not table:
+        lines.append("(no regions recorded)")
+    return "\n".join(lines)
+
+
+def _title(report: Report) -> str:
+    parts = [f"instrument report #{report.index}"]
+    if report.world_size > 1:
+        parts.append(f"rank {report.rank}/{report.world_size}")
+    if report.steps:
+        parts.append(f"{report.steps} steps")
+    if report.normalizer == "steps":
+        parts.append("times per step")
+    elif report.normalizer != 1.0:
+        parts.append(f"times / {report.normalizer:g}")
+    span = report.end_time - report.start_time
+    if span > 0:
+        parts.append(f"{span:.2f} s wall")
+    return " · ".join(parts)

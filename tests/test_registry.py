@@ -1,0 +1,125 @@
+"""The registry under threads, flushes racing with records, and fork."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+import instrument
+from instrument import registry
+
+
+@pytest.fixture
+def fast_switching() -> Iterator[None]:
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
+
+
+def test_threads_counts_add_up_while_flushing(
+    fast_switching: None, reporter: instrument.Reporter
+) -> None:
+    n_threads, calls = 4, 3000
+    start = threading.Barrier(n_threads + 1)
+
+    @instrument.timed("work")
+    def work() -> None:
+        pass
+
+    def run(i: int) -> None:
+        start.wait()
+        for _ in range(calls):
+            with instrument.timed(f"thread{i}"):
+                work()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    start.wait()
+    reports = []
+    while any(t.is_alive() for t in threads):
+        reports.append(reporter.flush())
+    for t in threads:
+        t.join()
+    reports.append(reporter.flush())
+    reports.append(reporter.flush())  # picks up any record that raced the previous swap
+
+    totals: dict[str, int] = {}
+    for report in reports:
+        for node in report.nodes:
+            totals[node.path] = totals.get(node.path, 0) + node.count
+    assert totals == {
+        **{f"thread{i}": calls for i in range(n_threads)},
+        **{f"thread{i}/work": calls for i in range(n_threads)},
+    }
+    assert len(reports) > 2  # flushes really did race the threads
+
+
+def test_paths_never_cross_threads(reporter: instrument.Reporter) -> None:
+    inside = threading.Event()
+    release = threading.Event()
+
+    def other() -> None:
+        with instrument.timed("other"):
+            inside.set()
+            release.wait(5)
+
+    t = threading.Thread(target=other)
+    with instrument.timed("main"):
+        t.start()
+        inside.wait(5)
+        with instrument.timed("child"):
+            pass
+        release.set()
+        t.join()
+    assert set(reporter.flush().paths()) == {"main", "main/child", "other"}
+
+
+def test_stats_of_finished_threads_are_kept_until_flush(reporter: instrument.Reporter) -> None:
+    def run() -> None:
+        for _ in range(10):
+            with instrument.timed("short-lived"):
+                pass
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    del t
+    assert reporter.flush()["short-lived"].count == 10
+    assert "short-lived" not in reporter.flush()
+
+
+def test_buffers_are_folded_so_memory_is_bounded_by_paths(reporter: instrument.Reporter) -> None:
+    for _ in range(registry.CHUNK * 3 + 5):
+        with instrument.timed("hot"):
+            pass
+    node = registry.ROOT.children["hot"]
+    assert len(node.buf) < registry.CHUNK
+    assert reporter.flush()["hot"].count == registry.CHUNK * 3 + 5
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_starts_empty(reporter: instrument.Reporter) -> None:
+    with instrument.timed("parent"):
+        pass
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            with instrument.timed("child"):
+                pass
+            paths = instrument.Reporter(every=None).flush().paths()
+            os.write(write, repr(paths).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        child_paths = f.read()
+    os.waitpid(pid, 0)
+    assert child_paths == "('child',)"
+    assert reporter.flush().paths() == ("parent",)

@@ -1,0 +1,74 @@
+"""Report: lookup, round trip, rendering."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import instrument
+from instrument.testing import FakeClock, capture_reports
+
+
+def _sample(clock: FakeClock) -> instrument.Report:
+    with capture_reports() as reports:
+        for _ in range(2):
+            with instrument.timed("step"):
+                clock.advance(0.001)
+                with instrument.timed("forward"):
+                    clock.advance(0.004)
+                    with instrument.timed("encoder"):
+                        clock.advance(0.003)
+                with instrument.timed("backward"):
+                    clock.advance(0.008)
+            instrument.step()
+    return reports[-1]
+
+
+def test_round_trip_through_json_is_exact(clock: FakeClock) -> None:
+    report = _sample(clock)
+    again = instrument.Report.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert again == report
+    assert again.render() == report.render()
+
+
+def test_getitem_and_missing_path_hint(clock: FakeClock) -> None:
+    report = _sample(clock)
+    node = report["step/forward/encoder"]
+    assert (node.name, node.parent, node.count) == ("encoder", "step/forward", 2)
+    assert node.total == pytest.approx(0.006)
+    assert report["step/forward"].self == pytest.approx(0.008)
+    with pytest.raises(KeyError, match="no region 'step/forwrd' in this report; did you mean 'step/forward'"):
+        report["step/forwrd"]
+    assert report.get("nope") is None
+    assert [n.path for n in report.children("step")] == ["step/forward", "step/backward"]
+
+
+def test_render_is_a_tree_with_aligned_columns(clock: FakeClock) -> None:
+    text = _sample(clock).render()
+    lines = text.splitlines()
+    assert lines[0].startswith("instrument report #1")
+    header = lines[1]
+    assert header.split() == ["region", "total", "ms", "%", "calls", "mean", "ms", "max", "ms"]
+    labels = [line[: header.index("total") - 2].rstrip() for line in lines[2:]]
+    assert labels == [
+        "step (2 steps)",
+        "└── step",
+        "    ├── backward",
+        "    └── forward",
+        "        └── encoder",
+    ]
+    widths = {len(line) for line in lines[1:]}
+    assert len(widths) == 1  # every figure column is right-aligned to the same edge
+    assert "16.000" in lines[3] or "32.000" in lines[3]
+
+
+def test_from_dict_rejects_non_reports() -> None:
+    with pytest.raises(ValueError, match="not an instrument report"):
+        instrument.Report.from_dict({"foo": 1})
+    with pytest.raises(ValueError, match="unsupported report version 99"):
+        instrument.Report.from_dict({"nodes": [], "version": 99})
+
+
+def test_empty_report_renders() -> None:
+    assert "(no regions recorded)" in instrument.Report().render()

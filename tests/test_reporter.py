@@ -1,0 +1,184 @@
+"""Reporter: intervals, steps, normalizers, levels, sinks, validation."""
+
+from __future__ import annotations
+
+import gc
+import io
+import logging
+
+import pytest
+
+import instrument
+from instrument.sinks import InMemory
+from instrument.testing import FakeClock, capture_reports
+
+
+def _train(clock: FakeClock, steps: int) -> None:
+    for _ in range(steps):
+        with instrument.timed("data"):
+            clock.advance(0.1)
+        with instrument.timed("forward"):
+            clock.advance(0.3)
+        clock.advance(0.1)  # untimed work
+        instrument.step()
+
+
+def test_flushes_every_n_steps_with_step_root_and_other(clock: FakeClock) -> None:
+    sink = InMemory()
+    reporter = instrument.Reporter(every=2, sinks=[sink])  # held: the ticker holds it weakly
+    _train(clock, 5)
+    assert reporter.steps == 1
+    assert [r.steps for r in sink.reports] == [2, 2]
+    report = sink.last
+    assert report.paths() == ("data", "forward")  # never prefixed by a synthetic root
+    assert report.step_time is not None
+    assert report.step_time.total == pytest.approx(1.0)
+    assert report.step_time.count == 2
+    assert report["forward"].total == pytest.approx(0.6)
+    assert report.other == pytest.approx(0.2)
+    text = report.render()
+    assert text.splitlines()[2].startswith("step (2 steps)")
+    assert "(other)" in text
+
+
+def test_numeric_normalizer_divides_times_not_counts(clock: FakeClock) -> None:
+    with capture_reports(normalizer=4.0) as reports:
+        for _ in range(3):
+            with instrument.timed("x"):
+                clock.advance(2.0)
+    node = reports[-1]["x"]
+    assert (node.count, node.total, node.mean, node.max) == (3, 1.5, 0.5, 0.5)
+
+
+def test_steps_normalizer_gives_per_step_totals(clock: FakeClock) -> None:
+    with capture_reports(normalizer="steps") as reports:
+        _train(clock, 4)
+    report = reports[-1]
+    assert report["forward"].total == pytest.approx(0.3)
+    assert report["forward"].count == 4
+    assert report["forward"].mean == pytest.approx(0.3)
+    assert report.step_time is not None
+    assert report.step_time.total == pytest.approx(0.5)
+    assert "times per step" in report.render()
+
+
+def test_records_made_before_the_reporter_are_in_its_first_flush(clock: FakeClock) -> None:
+    with instrument.timed("early"):
+        clock.advance(1.0)
+    reporter = instrument.Reporter(every=None)
+    assert reporter.flush()["early"].total == 1.0
+
+
+def test_close_flushes_what_is_left_and_detaches(clock: FakeClock) -> None:
+    sink = InMemory()
+    reporter = instrument.Reporter(every=10, sinks=[sink])
+    _train(clock, 3)
+    reporter.close()
+    assert [r.steps for r in sink.reports] == [3]
+    assert reporter.closed
+    _train(clock, 20)
+    assert len(sink.reports) == 1
+    assert reporter.close() is None
+
+
+def test_reporter_is_held_weakly_by_the_step_ticker() -> None:
+    reporter = instrument.Reporter(every=1)
+    assert reporter in instrument.reporter.live_reporters()
+    del reporter
+    gc.collect()
+    assert instrument.reporter.live_reporters() == ()
+    instrument.step()
+
+
+def test_one_snapshot_for_every_sink_and_callables_work(clock: FakeClock) -> None:
+    seen: list[instrument.Report] = []
+    first, second = InMemory(), InMemory()
+    reporter = instrument.Reporter(every=None, sinks=[first, seen.append, second])
+    with instrument.timed("x"):
+        clock.advance(1.0)
+    report = reporter.flush()
+    assert first.last is report and seen[0] is report and second.last is report
+
+
+def test_failing_sink_is_logged_once_and_skipped(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(report: instrument.Report) -> None:
+        raise OSError("disk full")
+
+    good = InMemory()
+    reporter = instrument.Reporter(every=None, sinks=[broken, good])
+    with caplog.at_level(logging.ERROR, logger="instrument"):
+        for _ in range(3):
+            with instrument.timed("x"):
+                clock.advance(1.0)
+            reporter.flush()
+    assert len(good.reports) == 3
+    failures = [r for r in caplog.records if "failed and was skipped" in r.getMessage()]
+    assert len(failures) == 1
+    assert "disk full" in caplog.text
+
+
+def test_level_filter_hides_regions_and_their_subtrees(clock: FakeClock) -> None:
+    with capture_reports(level=1) as reports:
+        with instrument.timed("coarse", level=1), instrument.timed("detail", level=2):
+            with instrument.timed("inside"):
+                clock.advance(1.0)
+    assert reports[-1].paths() == ("coarse",)
+
+
+def test_flush_inside_an_open_region(clock: FakeClock, reporter: instrument.Reporter) -> None:
+    with instrument.timed("outer"):
+        with instrument.timed("inner"):
+            clock.advance(1.0)
+        early = reporter.flush()
+    assert early.paths() == ("outer/inner",)
+    assert "inner" in early.render()
+    assert reporter.flush().paths() == ("outer",)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"every": 0}, "every must be a positive int"),
+        ({"every": -3}, "every must be a positive int"),
+        ({"normalizer": 0}, "normalizer must be > 0, got 0"),
+        ({"normalizer": -1.5}, "normalizer must be > 0"),
+        ({"normalizer": "tokens"}, "unknown normalizer 'tokens'; expected a number > 0 or 'steps'"),
+        ({"ranks": "foo"}, "unknown ranks 'foo'; expected one of 'local', 'max', 'minmax', 'all'"),
+        ({"level": -1}, "region level must be an int >= 0"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        instrument.Reporter(**kwargs)  # type: ignore[arg-type]
+
+
+def test_not_a_sink() -> None:
+    with pytest.raises(TypeError, match="not a sink: 42"):
+        instrument.Reporter(sinks=[42])
+
+
+def test_console_and_logging_sinks(clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    stream = io.StringIO()
+    reporter = instrument.Reporter(
+        every=None, sinks=[instrument.sinks.Console(stream), instrument.sinks.Logging()]
+    )
+    with instrument.timed("a"), instrument.timed("b"):
+        clock.advance(0.002)
+    with caplog.at_level(logging.INFO, logger="instrument"):
+        report = reporter.flush()
+    assert "└── b" in stream.getvalue()
+    (record,) = [r for r in caplog.records if r.name == "instrument"]
+    assert record.instrument_report is report  # type: ignore[attr-defined]
+    assert "2.000" in record.getMessage()
+
+
+def test_console_falls_back_to_ascii(clock: FakeClock) -> None:
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    reporter = instrument.Reporter(every=None, sinks=[instrument.sinks.Console(stream)])
+    with instrument.timed("a"), instrument.timed("b"):
+        clock.advance(0.001)
+    reporter.flush()
+    assert "`-- b" in raw.getvalue().decode("ascii")

@@ -1,0 +1,71 @@
+"""The accumulator: exact sums, bounded histogram, percentiles, merge."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from instrument.stats import Accumulator, Stats
+
+
+def test_exact_count_total_min_max_std() -> None:
+    values = [1_000, 2_000, 3_000, 4_000]
+    acc = Accumulator()
+    acc.add_batch(values[:2])
+    acc.add_batch(values[2:])
+    s = acc.to_stats()
+    assert (s.count, s.total, s.min, s.max) == (4, 10e-6, 1e-6, 4e-6)
+    assert s.mean == pytest.approx(2.5e-6)
+    assert s.std == pytest.approx(statistics.pstdev(values) / 1e9)
+
+
+def test_percentiles_within_histogram_resolution() -> None:
+    rng = random.Random(0)
+    values = [int(rng.lognormvariate(13, 0.6)) for _ in range(20_000)]
+    acc = Accumulator()
+    for i in range(0, len(values), 1000):
+        acc.add_batch(values[i : i + 1000])
+    s = acc.to_stats()
+    ordered = sorted(values)
+    for q, got in ((0.5, s.p50), (0.9, s.p90), (0.99, s.p99)):
+        exact = ordered[int(q * len(ordered)) - 1] / 1e9
+        assert got == pytest.approx(exact, rel=0.1)
+
+
+def test_histogram_size_is_independent_of_calls() -> None:
+    acc = Accumulator()
+    for _ in range(50):
+        acc.add_batch(list(range(1, 100_000, 7)))
+    buckets = len(acc.hist)
+    acc.add_batch(list(range(1, 100_000, 7)) * 5)
+    assert len(acc.hist) == buckets <= 8 * math.ceil(math.log2(100_000)) + 1
+
+
+@given(
+    st.lists(st.integers(min_value=0, max_value=10**12), min_size=1, max_size=50),
+    st.lists(st.integers(min_value=0, max_value=10**12), min_size=1, max_size=50),
+)
+def test_merge_equals_one_accumulator(a: list[int], b: list[int]) -> None:
+    left, right, both = Accumulator(), Accumulator(), Accumulator()
+    left.add_batch(a)
+    right.add_batch(b)
+    both.add_batch(a + b)
+    left.merge(right)
+    assert left.to_stats() == both.to_stats()
+    s = both.to_stats()
+    assert s.min <= s.p50 <= s.p90 <= s.p99 <= s.max
+
+
+def test_empty_and_round_trip() -> None:
+    assert Accumulator().to_stats() == Stats.empty()
+    acc = Accumulator()
+    acc.add_batch([5, 10, 15])
+    s = acc.to_stats()
+    assert Stats.from_dict(s.to_dict()) == s
+    assert s.scaled(0.5).total == s.total * 0.5
+    assert s.scaled(0.5).count == 3
