@@ -55,7 +55,7 @@ def check_clock(clock: object) -> None:
         )
 
 
-def resolve(clock: object) -> tuple[str, Callable[[], int]]:
+def resolve(clock: object, *, warn: bool = True) -> tuple[str, Callable[[], int]]:
     """Turn a clock request into ``(mode, host_now)``.
 
     ``mode`` is "cpu", "cuda" or "sync"; ``host_now`` returns integer nanoseconds.
@@ -68,11 +68,12 @@ def resolve(clock: object) -> tuple[str, Callable[[], int]]:
     if clock == "auto":
         return ("cuda" if cuda_ready() else "cpu"), time.perf_counter_ns
     if clock in ("cuda", "sync") and not torch.cuda.is_available():
-        _warn_once(
-            clock,
-            f"instrument: clock={clock!r} asked for but CUDA is not available; "
-            "using the host clock ('cpu') instead",
-        )
+        if warn:
+            _warn_once(
+                clock,
+                f"instrument: clock={clock!r} asked for but CUDA is not available; "
+                "using the host clock ('cpu') instead",
+            )
         return "cpu", time.perf_counter_ns
     return clock, time.perf_counter_ns
 

@@ -288,15 +288,16 @@ _by_name: dict[str, Region] = {}
 _by_key: dict[tuple[str, object, int], Region] = {}
 
 
-def apply(region: Region) -> None:
-    """Give ``region`` the behaviour the current configuration asks for."""
+def apply(region: Region, *, warn: bool = False) -> None:
+    """Give ``region`` the behaviour the current configuration asks for (``warn``: say once
+    when its explicit device clock falls back to the host clock)."""
     cls: type[Region]
     if not _state.enabled or (_state.level is not None and region.level > _state.level):
         cls = SkippedRegion
     elif region.clock is None:
         cls = _MODE_CLASSES[_state.mode]
     else:
-        cls = _MODE_CLASSES[clocks.resolve(region.clock)[0]]
+        cls = _MODE_CLASSES[clocks.resolve(region.clock, warn=warn)[0]]
     region._now = _state.now
     region.__class__ = cls
 
@@ -330,7 +331,7 @@ def region_for(name: str, clock: object = None, level: int = 0) -> Region:
             region = _by_key.get(key)
             if region is None:
                 region = _by_key[key] = Region(name, clock, level)
-                apply(region)
+                apply(region, warn=True)
     return region
 
 

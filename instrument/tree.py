@@ -132,7 +132,7 @@ def render_text(report: Report, *, unicode: bool = True, width: int | None = Non
         lines.append(row.label.ljust(label_width) + "".join(f"  {c:>{w}}" for c, w in zip(cell, col)))
     if not table:
         lines.append("(no regions recorded)")
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _title(report: Report) -> str:

@@ -1,0 +1,97 @@
+"""Shared set-up for the speed benchmarks (pytest-benchmark).
+
+Every test here takes the ``benchmark`` fixture (directly or through ``measure``), so the
+default run skips it (``--benchmark-skip`` in pyproject); run them with::
+
+    pytest tests/benchmarks --benchmark-only
+
+Each benchmark times a loop of ``INNER`` operations per round, so the timer's own cost
+is spread over many operations; ``report_ratios.py`` divides by the loop count it finds
+in ``extra_info["inner"]`` and compares each row with the row marked as its group's
+baseline (``extra_info["baseline"]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+import instrument
+import instrument.testing
+
+#: Operations per timed round (the loop inside each benchmarked function).
+INNER = 1000
+#: Timed rounds per benchmark, and untimed warm-up rounds before them.
+ROUNDS = 300
+WARMUP_ROUNDS = 30
+
+_HERE = Path(__file__).resolve().parent
+
+
+class Measure(Protocol):
+    """The ``measure`` fixture: run one benchmark and label it for the ratio report."""
+
+    def __call__(
+        self,
+        fn: Callable[[], object],
+        *,
+        label: str,
+        setup: Callable[[], object] | None = None,
+        inner: int = INNER,
+        baseline: bool = False,
+        rounds: int = ROUNDS,
+        warmup_rounds: int = WARMUP_ROUNDS,
+        note: str = "",
+    ) -> None: ...
+
+
+@pytest.fixture
+def measure(benchmark: Any) -> Measure:
+    """Time ``fn`` (which performs ``inner`` operations) with ``benchmark.pedantic``.
+
+    ``setup`` runs untimed before every round (drain what the previous round recorded).
+    """
+
+    def run(
+        fn: Callable[[], object],
+        *,
+        label: str,
+        setup: Callable[[], object] | None = None,
+        inner: int = INNER,
+        baseline: bool = False,
+        rounds: int = ROUNDS,
+        warmup_rounds: int = WARMUP_ROUNDS,
+        note: str = "",
+    ) -> None:
+        benchmark.extra_info.update(label=label, inner=inner, baseline=baseline, note=note)
+
+        def setup_round() -> None:
+            if setup is not None:
+                setup()
+
+        benchmark.pedantic(
+            fn, setup=setup_round, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1
+        )
+
+    return run
+
+
+@pytest.fixture(autouse=True)
+def _fresh_instrument() -> Iterator[None]:
+    """Each benchmark starts and ends with instrument as freshly imported (and enabled)."""
+    instrument.testing.reset()
+    yield
+    instrument.testing.reset()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Guard: a test in this folder that does not use ``benchmark`` never runs by default."""
+    skip = pytest.mark.skip(reason="benchmarks only run with --benchmark-only")
+    if config.getoption("benchmark_only", default=False):
+        return
+    for item in items:
+        if _HERE in item.path.parents and "benchmark" not in getattr(item, "fixturenames", ()):
+            item.add_marker(skip)
