@@ -1,6 +1,6 @@
 """Train a small MLP on synthetic data and print a timing tree every 10 steps.
 
-    python examples/quickstart.py [--steps 30] [--every 10]
+python examples/quickstart.py [--steps 30] [--every 10]
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ CLOCKS = ("auto", "cpu", "cuda", "sync")
 
 @runtime_checkable
 class Clock(Protocol):
-    """Anything with ``now_ns()``: an injectable host clock (see ``instrument.testing.FakeClock``)."""
+    """Anything with ``now_ns()``: an injectable host clock (``instrument.testing.FakeClock``)."""
 
     def now_ns(self) -> int:
         """Return the current time in integer nanoseconds."""
@@ -37,7 +37,7 @@ def _warn_once(key: str, message: str) -> None:
 
 def cuda_ready() -> bool:
     """True when CUDA is available *and* already initialised in this process."""
-    return torch.cuda.is_available() and torch.cuda.is_initialized()
+    return torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
 
 
 def check_clock(clock: object) -> None:
@@ -96,7 +96,7 @@ class EventPool:
                 return free.pop()
             except IndexError:  # another thread took the last one
                 pass
-        return torch.cuda.Event(enable_timing=True)
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     def release(self, device: int, events: list[torch.cuda.Event]) -> None:
         """Give resolved events back for reuse."""

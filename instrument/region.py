@@ -16,18 +16,21 @@ the live regions, so nothing is decided per call that could be decided once.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
+import time
 import warnings
 from collections.abc import AsyncGenerator, Callable, Generator
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, ClassVar, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 import torch
 import wrapt
 
 from instrument import _state, clocks, registry
+from instrument._native import speedups
 from instrument.registry import CHUNK, ROOT, PathNode, fold
 
 # (node, t0 in ns, parent frame, owner region, start event or None)
@@ -74,13 +77,6 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def _record(node: PathNode, duration_ns: int) -> None:
-    buf = node.buf
-    buf.append(duration_ns)
-    if len(buf) >= CHUNK:
-        fold(node)
-
-
 def _same(a: Frame, b: Frame) -> bool:
     return a is b or (a[3] is b[3] and a[1] == b[1] and a[0] is b[0])
 
@@ -116,13 +112,30 @@ def _close(frame: Frame) -> None:
     node = frame[0]
     if end_event is not None:
         registry.pending.append((node, start_event, end_event, torch.cuda.current_device()))
-    _record(node, t1 - frame[1])
+    node.add(t1 - frame[1])
 
 
-class Region:
-    """A named region: ``with region:`` or ``@region``. Built by :func:`timed`."""
+class _PyRegionBase:
+    """A region's fields (the C accelerator's ``RegionBase`` holds the same)."""
 
     __slots__ = ("_now", "clock", "level", "name")
+
+    name: str
+    clock: object
+    level: int
+    _now: Callable[[], int]
+
+
+if TYPE_CHECKING or speedups is None:  # noqa: SIM108 - mypy needs the plain class here
+    RegionBase = _PyRegionBase
+else:
+    RegionBase = speedups.RegionBase
+
+
+class Region(RegionBase):
+    """A named region: ``with region:`` or ``@region``. Built by :func:`timed`."""
+
+    __slots__ = ()
     mode: ClassVar[str | None] = None
 
     def __init__(self, name: str, clock: object = None, level: int = 0) -> None:
@@ -277,6 +290,12 @@ class SkippedRegion(Region):
         return None
 
 
+if speedups is not None:
+    # The C accelerator's host-clock enter/exit replace the Python ones written above.
+    CpuRegion.__enter__ = speedups.RegionBase.cpu_enter  # type: ignore[method-assign]
+    CpuRegion.__exit__ = speedups.RegionBase.cpu_exit  # type: ignore[method-assign]
+    speedups.bind(_frame, time.perf_counter_ns, CpuRegion, SkippedRegion)
+
 _MODE_CLASSES: dict[str, type[Region]] = {
     "cpu": CpuRegion,
     "cuda": CudaRegion,
@@ -391,7 +410,7 @@ def timed(name: Any = None, /, *, clock: object = None, level: int = 0) -> Any:
         ...     y = forward(3)
     """
     if clock is None and level == 0:
-        region = _by_name.get(name)  # type: ignore[arg-type]
+        region = _by_name.get(name)
         if region is not None:
             return region
     if name is None:
@@ -402,6 +421,11 @@ def timed(name: Any = None, /, *, clock: object = None, level: int = 0) -> Any:
     if not isinstance(name, str) and _is_decoratable(name):
         return decorate(name, region_for(_qualname(name), clock, level))
     return region_for(name, clock, level)
+
+
+if speedups is not None:
+    # Same function, minus the Python-level call for the common ``timed("name")``.
+    timed = functools.update_wrapper(speedups.Dispatch(_by_name, timed), timed)
 
 
 # -- decorators ---------------------------------------------------------------------------
@@ -419,10 +443,12 @@ def decorate(func: F, region: Region) -> F:
         wrapper = _generator_wrapper(region)
     else:
         wrapper = _sync_wrapper(region)
-    return wrapt.decorator(wrapper)(func)  # type: ignore[no-any-return]
+    return wrapt.FunctionWrapper(func, wrapper)  # type: ignore[return-value]
 
 
 def _sync_wrapper(region: Region) -> Callable[..., Any]:
+    if speedups is not None:
+        return speedups.CallTimer(region)  # type: ignore[no-any-return]
     name = region.name
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:

@@ -1,16 +1,19 @@
-"""Where durations land: one tree of path nodes, appended to without locks.
+"""Where durations land: one tree of path nodes, recorded into without locks.
 
-A region's exit appends its duration (integer ns) to its path node's ``buf`` list, an
-operation that is atomic under the GIL, so any number of threads can record into the same
-path at once. Nothing else happens on the hot path, except that a buffer grown to
-``CHUNK`` entries is folded into the node's accumulator (under the lock, once per
-``CHUNK`` calls), which bounds memory by the number of paths.
+With the C accelerator (``instrument._speedups``) a region's exit updates its node's
+statistics in place — count, sums, min/max, histogram — in one step that the GIL makes
+indivisible, so any number of threads can record into the same path at once and
+``collect()`` takes whole records only.
 
-``collect()`` swaps every buffer out under the lock and folds it. A thread that had
-already read a buffer when it was swapped may still append to it: each swapped-out buffer
-is kept ("retired") and its tail is read at the next swap, so a record lands in this
-report or the next, never nowhere. Device (CUDA event) timings wait in ``pending`` until
-the flush resolves them in one pass.
+In pure Python a region's exit appends its duration (integer ns) to the node's ``buf``
+list, also atomic under the GIL; a buffer grown to ``CHUNK`` entries is folded into the
+node's accumulator (under the lock, once per ``CHUNK`` calls), which bounds memory by the
+number of paths. ``collect()`` swaps every buffer out under the lock and folds it. A thread
+that had already read a buffer when it was swapped may still append to it: each
+swapped-out buffer is kept ("retired") and its tail is read at the next swap, so a record
+lands in this report or the next, never nowhere.
+
+Device (CUDA event) timings wait in ``pending`` until the flush resolves them in one pass.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from instrument import clocks
+from instrument._native import speedups
 from instrument.stats import Accumulator
 
 CHUNK = 4096
@@ -29,14 +33,17 @@ CHUNK = 4096
 _lock = threading.Lock()
 
 
-class PathNode:
-    """One path of the timing tree ("step/forward"), shared by every thread."""
+class _PyNodeBase:
+    """Statistics of one path in pure Python: a buffer of ns durations plus an accumulator.
+
+    The C accelerator's ``NodeBase`` has the same fields and methods, and updates the
+    statistics in place (one indivisible step under the GIL, no buffer).
+    """
 
     __slots__ = (
         "acc",
         "buf",
         "children",
-        "device",
         "level",
         "mode",
         "name",
@@ -46,18 +53,67 @@ class PathNode:
         "retired_len",
     )
 
+    name: str
+    path: str
+    parent: PathNode | None
+    children: dict[str, PathNode]
+    level: int
+    mode: str
+
+    def __init__(self) -> None:
+        self.buf: list[int] = []
+        self.acc = Accumulator()
+        self.retired: list[int] | None = None
+        self.retired_len = 0
+
+    def add(self, duration_ns: int) -> None:
+        """Record one duration (ns)."""
+        buf = self.buf
+        buf.append(duration_ns)
+        if len(buf) >= CHUNK:
+            fold(self)
+
+    def take(self) -> tuple[int, int, int, int, int, dict[int, int]] | None:
+        """``(count, total, sumsq, min, max, hist)`` since the last take, and reset; ``None``
+        if nothing was recorded. The caller holds ``_lock``."""
+        _drain(self)
+        if not self.acc.count:
+            return None
+        parts = self.acc.parts()
+        self.acc = Accumulator()
+        return parts
+
+    def clear_stats(self) -> None:
+        """Forget what was recorded."""
+        self.buf = []
+        self.acc = Accumulator()
+        self.retired = None
+        self.retired_len = 0
+
+    def has_records(self) -> bool:
+        """True if anything was recorded since the last take."""
+        return bool(self.buf) or self.acc.count > 0
+
+
+if TYPE_CHECKING or speedups is None:  # noqa: SIM108 - mypy needs the plain class here
+    NodeBase = _PyNodeBase
+else:
+    NodeBase = speedups.NodeBase
+
+
+class PathNode(NodeBase):
+    """One path of the timing tree ("step/forward"), shared by every thread."""
+
+    __slots__ = ()
+
     def __init__(self, name: str, parent: PathNode | None, level: int = 0) -> None:
+        super().__init__()
         self.name = name
         self.parent = parent
         self.path = f"{parent.path}/{name}" if parent is not None and parent.path else name
         self.level = level
         self.mode = "cpu"
-        self.children: dict[str, PathNode] = {}
-        self.buf: list[int] = []
-        self.acc = Accumulator()
-        self.device = Accumulator()
-        self.retired: list[int] | None = None
-        self.retired_len = 0
+        self.children = {}
 
     def child(self, name: str, level: int, mode: str) -> PathNode:
         """The child called ``name``, created on first use (the only locked step of a region)."""
@@ -83,7 +139,7 @@ _pending_retired: list[tuple[PathNode, Any, Any, int]] | None = None
 _pending_retired_len = 0
 
 
-def _drain(node: PathNode) -> None:
+def _drain(node: _PyNodeBase) -> None:
     """Move ``node.buf`` (and a late tail of the buffer retired before it) into ``node.acc``.
 
     The caller holds ``_lock``.
@@ -99,7 +155,7 @@ def _drain(node: PathNode) -> None:
     node.retired_len = len(snapshot)
 
 
-def fold(node: PathNode) -> None:
+def fold(node: _PyNodeBase) -> None:
     """Fold a full buffer (called from the hot path once per ``CHUNK`` records)."""
     with _lock:
         if len(node.buf) >= CHUNK:
@@ -130,10 +186,9 @@ def collect() -> list[Collected]:
     taken: list[tuple[PathNode, Accumulator]] = []
     with _lock:
         for node in walk():
-            _drain(node)
-            if node.acc.count:
-                taken.append((node, node.acc))
-                node.acc = Accumulator()
+            parts = node.take()
+            if parts is not None:
+                taken.append((node, Accumulator.from_parts(*parts)))
         events = pending
         pending = []
         late: list[tuple[PathNode, Any, Any, int]] = []
@@ -172,10 +227,7 @@ def clear() -> None:
     global pending, _pending_retired, _pending_retired_len
     with _lock:
         for node in walk():
-            node.buf = []
-            node.acc = Accumulator()
-            node.retired = None
-            node.retired_len = 0
+            node.clear_stats()
         pending = []
         _pending_retired, _pending_retired_len = None, 0
 

@@ -51,7 +51,9 @@ def _check_every(every: object) -> int | None:
     if every is None:
         return None
     if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
-        raise ValueError(f"every must be a positive int (steps between flushes) or None, got {every!r}")
+        raise ValueError(
+            f"every must be a positive int (steps between flushes) or None, got {every!r}"
+        )
     return every
 
 
@@ -59,9 +61,7 @@ def _check_normalizer(normalizer: object) -> float | str:
     if normalizer == "steps":
         return "steps"
     if isinstance(normalizer, bool) or not isinstance(normalizer, numbers.Real):
-        raise ValueError(
-            f"unknown normalizer {normalizer!r}; expected a number > 0 or 'steps'"
-        )
+        raise ValueError(f"unknown normalizer {normalizer!r}; expected a number > 0 or 'steps'")
     if not float(normalizer) > 0.0:
         raise ValueError(f"normalizer must be > 0, got {normalizer!r}")
     return float(normalizer)
@@ -196,7 +196,7 @@ class Reporter:
         with _live_lock:
             _live.discard(self)
         report = None
-        if self._steps or any(node.buf or node.acc.count for node in registry.walk()):
+        if self._steps or any(node.has_records() for node in registry.walk()):
             report = self.flush()
         for sink in self._sinks:
             try:

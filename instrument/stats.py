@@ -48,6 +48,7 @@ def bucket_bounds(bucket: int) -> tuple[float, float]:
         return 0.0, 1.0
     return _from_bits(bucket + _ONE - 1), _from_bits(bucket + _ONE)
 
+
 QUANTILES = (0.5, 0.9, 0.99)
 
 

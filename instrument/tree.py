@@ -85,9 +85,7 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
         for i, node in enumerate(top):
             add(node, "", "", i == len(top) - 1 and other <= 0.0, step.total)
         if other > 0.0:
-            out.append(
-                Row(f"{elbow}(other)", other, _percent(other, step.total), None, None, None)
-            )
+            out.append(Row(f"{elbow}(other)", other, _percent(other, step.total), None, None, None))
     else:
         covered = sum(node.total for node in top)
         for node in top:
@@ -127,9 +125,16 @@ def render_text(report: Report, *, unicode: bool = True, width: int | None = Non
         label_width = max(label_width, width)
     col = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
     title = _title(report)
-    lines = [title, "region".ljust(label_width) + "".join(f"  {h:>{w}}" for h, w in zip(headers, col))]
-    for row, cell in zip(table, cells):
-        lines.append(row.label.ljust(label_width) + "".join(f"  {c:>{w}}" for c, w in zip(cell, col)))
+    lines = [
+        title,
+        "region".ljust(label_width)
+        + "".join(f"  {h:>{w}}" for h, w in zip(headers, col, strict=True)),
+    ]
+    for row, cell in zip(table, cells, strict=True):
+        lines.append(
+            row.label.ljust(label_width)
+            + "".join(f"  {c:>{w}}" for c, w in zip(cell, col, strict=True))
+        )
     if not table:
         lines.append("(no regions recorded)")
     return "\n".join(line.rstrip() for line in lines)

@@ -78,7 +78,8 @@ def test_cuda_clock_never_synchronizes_in_the_hot_path(reporter: instrument.Repo
     report = reporter.flush()
     node = report["step/matmul"]
     assert node.clock == "cuda"
-    assert node.device is not None and node.device.count == 20
+    assert node.device is not None
+    assert node.device.count == 20
     assert node.host.count == 20
     assert node.total == node.device.total
 

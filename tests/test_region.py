@@ -67,7 +67,9 @@ def test_decorator_preserves_metadata() -> None:
     assert decorated(1, "y", c=2.0) == "1y2.0"
 
 
-def test_methods_classmethods_staticmethods(clock: FakeClock, reporter: instrument.Reporter) -> None:
+def test_methods_classmethods_staticmethods(
+    clock: FakeClock, reporter: instrument.Reporter
+) -> None:
     class Model:
         scale = 3
 
@@ -143,9 +145,13 @@ def test_exception_propagates_and_is_recorded(
         clock.advance(0.5)
         raise Boom("kaput")
 
-    with pytest.raises(Boom, match="kaput"), instrument.timed("outer"):
-        clock.advance(0.25)
-        inner()
+    def outer() -> None:
+        with instrument.timed("outer"):
+            clock.advance(0.25)
+            inner()
+
+    with pytest.raises(Boom, match="kaput"):
+        outer()
     assert instrument.current_path() == ""
     with instrument.timed("after"):
         clock.advance(1.0)
@@ -281,7 +287,9 @@ def test_manual_timer_misuse_names_the_region() -> None:
     t.stop()
 
 
-def test_manual_timers_stopped_out_of_order(clock: FakeClock, reporter: instrument.Reporter) -> None:
+def test_manual_timers_stopped_out_of_order(
+    clock: FakeClock, reporter: instrument.Reporter
+) -> None:
     a = instrument.timer("a").start()
     clock.advance(1.0)
     b = instrument.timer("b").start()

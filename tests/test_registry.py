@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import tracemalloc
 from collections.abc import Iterator
 
 import pytest
@@ -94,13 +95,23 @@ def test_stats_of_finished_threads_are_kept_until_flush(reporter: instrument.Rep
     assert "short-lived" not in reporter.flush()
 
 
-def test_buffers_are_folded_so_memory_is_bounded_by_paths(reporter: instrument.Reporter) -> None:
-    for _ in range(registry.CHUNK * 3 + 5):
-        with instrument.timed("hot"):
-            pass
-    node = registry.ROOT.children["hot"]
-    assert len(node.buf) < registry.CHUNK
-    assert reporter.flush()["hot"].count == registry.CHUNK * 3 + 5
+def test_memory_is_bounded_by_paths_not_calls(reporter: instrument.Reporter) -> None:
+    def record(n: int) -> None:
+        for _ in range(n):
+            with instrument.timed("hot"):
+                pass
+
+    record(registry.CHUNK + 1)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        record(registry.CHUNK * 10)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # at most one buffer of CHUNK ints (pure Python); nothing per call with the C path
+    assert grown < 64 * registry.CHUNK
+    assert reporter.flush()["hot"].count == registry.CHUNK * 11 + 1
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -38,7 +38,9 @@ def test_getitem_and_missing_path_hint(clock: FakeClock) -> None:
     assert (node.name, node.parent, node.count) == ("encoder", "step/forward", 2)
     assert node.total == pytest.approx(0.006)
     assert report["step/forward"].self == pytest.approx(0.008)
-    with pytest.raises(KeyError, match="no region 'step/forwrd' in this report; did you mean 'step/forward'"):
+    with pytest.raises(
+        KeyError, match="no region 'step/forwrd' in this report; did you mean 'step/forward'"
+    ):
         report["step/forwrd"]
     assert report.get("nope") is None
     assert [n.path for n in report.children("step")] == ["step/forward", "step/backward"]

@@ -97,7 +97,9 @@ def test_one_snapshot_for_every_sink_and_callables_work(clock: FakeClock) -> Non
     with instrument.timed("x"):
         clock.advance(1.0)
     report = reporter.flush()
-    assert first.last is report and seen[0] is report and second.last is report
+    assert first.last is report
+    assert seen[0] is report
+    assert second.last is report
 
 
 def test_failing_sink_is_logged_once_and_skipped(
@@ -120,10 +122,13 @@ def test_failing_sink_is_logged_once_and_skipped(
 
 
 def test_level_filter_hides_regions_and_their_subtrees(clock: FakeClock) -> None:
-    with capture_reports(level=1) as reports:
-        with instrument.timed("coarse", level=1), instrument.timed("detail", level=2):
-            with instrument.timed("inside"):
-                clock.advance(1.0)
+    with (
+        capture_reports(level=1) as reports,
+        instrument.timed("coarse", level=1),
+        instrument.timed("detail", level=2),
+        instrument.timed("inside"),
+    ):
+        clock.advance(1.0)
     assert reports[-1].paths() == ("coarse",)
 
 

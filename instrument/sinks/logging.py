@@ -21,7 +21,9 @@ class Logging(Sink):
     Distributed: construct it on every rank; each rank logs its own report.
     """
 
-    def __init__(self, logger: logging.Logger | str = "instrument", level: int = logging.INFO) -> None:
+    def __init__(
+        self, logger: logging.Logger | str = "instrument", level: int = logging.INFO
+    ) -> None:
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
         if not isinstance(level, int):
             raise ValueError(f"level must be a logging level int, got {level!r}")

@@ -1,0 +1,86 @@
+"""The C accelerator and the pure-Python path give the same numbers and pass the same tests."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from instrument import registry
+from instrument._native import speedups
+from instrument.stats import NBUCKETS, Accumulator, bucket_counts
+
+needs_c = pytest.mark.skipif(speedups is None, reason="C accelerator not built or disabled")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _values() -> list[int]:
+    rng = random.Random(0)
+    edges = [0, 1, 2, 3, 7, 8, 9, 1023, 1024, 1025, 2**40, 2**53]  # up to 104 days
+    return edges + [min(int(rng.lognormvariate(10, 4)), 2**53) for _ in range(5000)]
+
+
+@needs_c
+def test_c_buckets_match_python_buckets() -> None:
+    assert speedups is not None
+    for v in _values():
+        assert bucket_counts([v]) == {speedups.bucket(v): 1}, v
+    assert speedups.NBUCKETS == NBUCKETS
+
+
+@needs_c
+def test_c_node_statistics_match_the_python_accumulator() -> None:
+    assert speedups is not None
+    values = _values()
+    node = speedups.NodeBase()
+    for v in values:
+        node.add(v)
+    acc = Accumulator()
+    acc.add_batch(values)
+    assert node.take() == acc.parts()
+    assert node.take() is None  # take() resets
+    node.add(-5)  # a clock that went backwards counts as zero, as in Python
+    assert node.take() == (1, 0, 0, 0, 0, {0: 1})
+
+
+def test_pure_python_path_is_selected_by_the_environment_variable() -> None:
+    code = "from instrument._native import speedups; print(speedups is None)"
+    env = {**os.environ, "INSTRUMENT_NO_EXTENSIONS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == "True", out.stderr
+
+
+@needs_c
+def test_registry_nodes_use_the_c_path_when_built() -> None:
+    assert speedups is not None
+    assert isinstance(registry.ROOT, speedups.NodeBase)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(
+    speedups is None or os.environ.get("INSTRUMENT_NO_EXTENSIONS") == "1",
+    reason="this run is already on the pure-Python path",
+)
+def test_core_suite_passes_on_the_pure_python_path() -> None:
+    env = {**os.environ, "INSTRUMENT_NO_EXTENSIONS": "1"}
+    tests = [
+        "tests/test_region.py",
+        "tests/test_registry.py",
+        "tests/test_property.py",
+        "tests/test_reporter.py",
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
