@@ -21,6 +21,7 @@
 /* Bound once by bind(): the frame context variable, the host clock that may be read
  * directly, the region classes, and the node base type for children created in Python. */
 static PyObject *frame_var = NULL;
+static PyObject *root_frame = NULL;
 static PyObject *perf_counter_ns = NULL;
 static PyTypeObject *cpu_region_type = NULL;
 static PyTypeObject *skipped_region_type = NULL;
@@ -200,13 +201,10 @@ Node_clear(NodeObject *self)
 static void
 Node_dealloc(NodeObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
+    /* Python subclasses' own dealloc releases their (heap) type, not this one. */
     PyObject_GC_UnTrack(self);
     Node_clear(self);
-    tp->tp_free((PyObject *)self);
-    if (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) {
-        Py_DECREF(tp);
-    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMethodDef Node_methods[] = {
@@ -242,6 +240,119 @@ static PyTypeObject NodeType = {
     .tp_methods = Node_methods,
     .tp_members = Node_members,
 };
+
+/* -- where the innermost frame lives ----------------------------------------------------
+ * In plain code (no Context.run() active on this thread) the innermost frame is kept in a
+ * thread-local pointer, so entering and exiting a region updates no context variable.
+ * Inside Context.run() -- asyncio and trio tasks, to_thread, copy_context().run() -- it is
+ * kept in the context variable, so every task has its own stack; a task that has not
+ * opened a region yet nests under the regions open in the plain code around it
+ * (asyncio.run() inside a region). bind_thread_stack() turns the thread-local part on
+ * once the layout check in region.py has passed; until then only the variable is used. */
+
+#ifdef Py_GIL_DISABLED
+#error "the C hot path relies on the GIL; free-threaded builds use the pure-Python path"
+#endif
+
+typedef struct { /* the leading fields of CPython's PyContext (3.7 to 3.13) */
+    PyObject_HEAD
+    PyObject *ctx_prev;
+    PyObject *ctx_vars;
+    PyObject *ctx_weakreflist;
+    int ctx_entered;
+} ContextHead;
+
+static int thread_stack_on = 0;
+static _Thread_local PyObject *thread_top = NULL; /* strong reference, or NULL */
+
+static inline int
+in_context_run(void)
+{
+    PyObject *ctx = PyThreadState_Get()->context;
+    return ctx != NULL && ((ContextHead *)ctx)->ctx_entered;
+}
+
+/* A new reference to the innermost frame of this thread or task. */
+static PyObject *
+top_get(void)
+{
+    PyObject *value;
+    if (thread_stack_on && !in_context_run()) {
+        if (thread_top != NULL) {
+            Py_INCREF(thread_top);
+            return thread_top;
+        }
+        if (PyContextVar_Get(frame_var, NULL, &value) < 0) {
+            return NULL;
+        }
+        return value;
+    }
+    if (PyContextVar_Get(frame_var, NULL, &value) < 0) {
+        return NULL;
+    }
+    if (value == root_frame && thread_top != NULL) {
+        Py_DECREF(value);
+        Py_INCREF(thread_top);
+        return thread_top;
+    }
+    return value;
+}
+
+static int
+top_set(PyObject *frame)
+{
+    if (thread_stack_on && !in_context_run()) {
+        Py_INCREF(frame);
+        Py_XSETREF(thread_top, frame);
+        return 0;
+    }
+    PyObject *token = PyContextVar_Set(frame_var, frame);
+    if (token == NULL) {
+        return -1;
+    }
+    Py_DECREF(token);
+    return 0;
+}
+
+static PyObject *
+get_top(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    if (frame_var == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind()");
+        return NULL;
+    }
+    return top_get();
+}
+
+static PyObject *
+set_top(PyObject *module, PyObject *frame)
+{
+    if (frame_var == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind()");
+        return NULL;
+    }
+    if (top_set(frame) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+context_run_active(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(in_context_run());
+}
+
+static PyObject *
+bind_thread_stack(PyObject *module, PyObject *on)
+{
+    int truth = PyObject_IsTrue(on);
+    if (truth < 0) {
+        return NULL;
+    }
+    thread_stack_on = truth;
+    Py_RETURN_NONE;
+}
 
 /* -- regions --------------------------------------------------------------------------- */
 
@@ -292,10 +403,7 @@ check_bound(void)
 static int
 open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64_t *t0)
 {
-    PyObject *parent;
-    if (PyContextVar_Get(frame_var, NULL, &parent) < 0) {
-        return -1;
-    }
+    PyObject *parent = top_get();
     if (parent == NULL || !PyTuple_CheckExact(parent) || PyTuple_GET_SIZE(parent) != 5 ||
         !PyObject_TypeCheck(PyTuple_GET_ITEM(parent, 0), &NodeType) ||
         ((NodeObject *)PyTuple_GET_ITEM(parent, 0))->children == NULL) {
@@ -329,19 +437,19 @@ open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64
             return -1;
         }
     }
-    PyObject *t0obj = NULL, *frame = NULL, *token = NULL;
+    PyObject *t0obj = NULL, *frame = NULL;
+    int rc = -1;
     if (read_now(self->now, t0) == 0 && (t0obj = PyLong_FromLongLong(*t0)) != NULL &&
         (frame = PyTuple_Pack(5, node, t0obj, parent, (PyObject *)self, Py_None)) != NULL) {
-        token = PyContextVar_Set(frame_var, frame);
+        rc = top_set(frame);
     }
     Py_XDECREF(t0obj);
     Py_XDECREF(frame);
-    if (token == NULL) {
+    if (rc < 0) {
         Py_DECREF(node);
         Py_DECREF(parent);
         return -1;
     }
-    Py_DECREF(token);
     *parent_out = parent;
     *node_out = (NodeObject *)node;
     return 0;
@@ -369,8 +477,8 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (check_bound() < 0 || read_now(self->now, &t1) < 0) {
         return NULL;
     }
-    PyObject *frame;
-    if (PyContextVar_Get(frame_var, NULL, &frame) < 0) {
+    PyObject *frame = top_get();
+    if (frame == NULL) {
         return NULL;
     }
     if (PyTuple_GET_ITEM(frame, 3) != (PyObject *)self || PyTuple_GET_ITEM(frame, 4) != Py_None) {
@@ -382,15 +490,39 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(r);
         Py_RETURN_NONE;
     }
-    PyObject *token = PyContextVar_Set(frame_var, PyTuple_GET_ITEM(frame, 2));
-    if (token == NULL) {
+    if (top_set(PyTuple_GET_ITEM(frame, 2)) < 0) {
         Py_DECREF(frame);
         return NULL;
     }
-    Py_DECREF(token);
     long long t0 = PyLong_AsLongLong(PyTuple_GET_ITEM(frame, 1));
     node_add((NodeObject *)PyTuple_GET_ITEM(frame, 0), t1 - (int64_t)t0);
     Py_DECREF(frame);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Region_skip_enter(RegionObject *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *
+Region_skip_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *frame;
+    if (check_bound() < 0 || (frame = top_get()) == NULL) {
+        return NULL;
+    }
+    int owned = PyTuple_GET_ITEM(frame, 3) == (PyObject *)self;
+    Py_DECREF(frame);
+    if (owned) { /* entered while enabled, exited after disable(): close it */
+        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, str_exit_top);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
     Py_RETURN_NONE;
 }
 
@@ -398,6 +530,9 @@ static PyMethodDef Region_methods[] = {
     {"cpu_enter", (PyCFunction)Region_cpu_enter, METH_NOARGS, "Host-clock __enter__."},
     {"cpu_exit", (PyCFunction)(void (*)(void))Region_cpu_exit, METH_FASTCALL,
      "Host-clock __exit__."},
+    {"skip_enter", (PyCFunction)Region_skip_enter, METH_NOARGS, "Disabled __enter__."},
+    {"skip_exit", (PyCFunction)(void (*)(void))Region_skip_exit, METH_FASTCALL,
+     "Disabled __exit__ (closes a frame opened before disable())."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -431,13 +566,9 @@ Region_clear(RegionObject *self)
 static void
 Region_dealloc(RegionObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     Region_clear(self);
-    tp->tp_free((PyObject *)self);
-    if (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) {
-        Py_DECREF(tp);
-    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyTypeObject RegionType = {
@@ -495,12 +626,11 @@ CallTimer_vectorcall(CallTimerObject *self, PyObject *const *args, size_t nargsf
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);  /* keep the call's exception untouched */
     int clock_ok = read_now(((RegionObject *)region)->now, &t1) == 0;
-    PyObject *token = PyContextVar_Set(frame_var, parent);
-    Py_XDECREF(token);
+    int restored = top_set(parent) == 0;
     if (clock_ok) {
         node_add(node, t1 - t0);
     }
-    if (!clock_ok || token == NULL) {
+    if (!clock_ok || !restored) {
         PyErr_Clear();  /* instrumentation must not replace the call's outcome */
     }
     PyErr_Restore(et, ev, tb);
@@ -570,6 +700,75 @@ static PyTypeObject CallTimerType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(CallTimerObject, vectorcall),
     .tp_members = CallTimer_members,
+};
+
+/* -- Active(region): true unless the region is skipped (wrapt's `enabled=`) ---------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *region;
+} ActiveObject;
+
+static PyObject *
+Active_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *region;
+    if (!PyArg_ParseTuple(args, "O:Active", &region)) {
+        return NULL;
+    }
+    ActiveObject *self = (ActiveObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(region);
+    self->region = region;
+    return (PyObject *)self;
+}
+
+static int
+Active_bool(ActiveObject *self)
+{
+    return Py_TYPE(self->region) != skipped_region_type;
+}
+
+static int
+Active_traverse(ActiveObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->region);
+    return 0;
+}
+
+static int
+Active_clear(ActiveObject *self)
+{
+    Py_CLEAR(self->region);
+    return 0;
+}
+
+static void
+Active_dealloc(ActiveObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Active_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyNumberMethods Active_as_number = {
+    .nb_bool = (inquiry)Active_bool,
+};
+
+static PyTypeObject ActiveType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.Active",
+    .tp_doc = "Active(region): truthy unless the region is skipped; wrapt's enabled= flag, "
+              "so a disabled decorated function is called directly.",
+    .tp_basicsize = sizeof(ActiveObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = Active_new,
+    .tp_dealloc = (destructor)Active_dealloc,
+    .tp_traverse = (traverseproc)Active_traverse,
+    .tp_clear = (inquiry)Active_clear,
+    .tp_as_number = &Active_as_number,
 };
 
 /* -- timed(name): the cached region by name, without a Python-level call ------------- */
@@ -673,9 +872,9 @@ static PyTypeObject DispatchType = {
 static PyObject *
 bind(PyObject *module, PyObject *args)
 {
-    PyObject *var, *clock, *cpu, *skipped;
-    if (!PyArg_ParseTuple(args, "OOO!O!:bind", &var, &clock, &PyType_Type, &cpu, &PyType_Type,
-                          &skipped)) {
+    PyObject *var, *root, *clock, *cpu, *skipped;
+    if (!PyArg_ParseTuple(args, "OO!OO!O!:bind", &var, &PyTuple_Type, &root, &clock,
+                          &PyType_Type, &cpu, &PyType_Type, &skipped)) {
         return NULL;
     }
     if (!PyContextVar_CheckExact(var)) {
@@ -684,6 +883,8 @@ bind(PyObject *module, PyObject *args)
     }
     Py_INCREF(var);
     Py_XSETREF(frame_var, var);
+    Py_INCREF(root);
+    Py_XSETREF(root_frame, root);
     Py_INCREF(clock);
     Py_XSETREF(perf_counter_ns, clock);
     Py_INCREF(cpu);
@@ -705,7 +906,14 @@ bucket(PyObject *module, PyObject *arg)
 
 static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS,
-     "bind(frame_var, perf_counter_ns, CpuRegion, SkippedRegion): wire up the hot path."},
+     "bind(frame_var, root_frame, perf_counter_ns, CpuRegion, SkippedRegion): wire up the "
+     "hot path."},
+    {"get_top", get_top, METH_NOARGS, "The innermost frame of this thread or task."},
+    {"set_top", set_top, METH_O, "Make a frame the innermost of this thread or task."},
+    {"context_run_active", context_run_active, METH_NOARGS,
+     "True inside Context.run() (a task); used by the layout check."},
+    {"bind_thread_stack", bind_thread_stack, METH_O,
+     "Keep plain code's frames thread-locally (after the layout check passed)."},
     {"bucket", bucket, METH_O, "The histogram bucket of a duration in ns (for tests)."},
     {NULL, NULL, 0, NULL},
 };
@@ -722,7 +930,8 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     if (PyType_Ready(&NodeType) < 0 || PyType_Ready(&RegionType) < 0 ||
-        PyType_Ready(&CallTimerType) < 0 || PyType_Ready(&DispatchType) < 0) {
+        PyType_Ready(&CallTimerType) < 0 || PyType_Ready(&DispatchType) < 0 ||
+        PyType_Ready(&ActiveType) < 0) {
         return NULL;
     }
     str_child = PyUnicode_InternFromString("child");
@@ -740,7 +949,8 @@ PyInit__speedups(void)
         PyModule_AddObjectRef(m, "NodeBase", (PyObject *)&NodeType) < 0 ||
         PyModule_AddObjectRef(m, "RegionBase", (PyObject *)&RegionType) < 0 ||
         PyModule_AddObjectRef(m, "CallTimer", (PyObject *)&CallTimerType) < 0 ||
-        PyModule_AddObjectRef(m, "Dispatch", (PyObject *)&DispatchType) < 0) {
+        PyModule_AddObjectRef(m, "Dispatch", (PyObject *)&DispatchType) < 0 ||
+        PyModule_AddObjectRef(m, "Active", (PyObject *)&ActiveType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

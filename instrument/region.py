@@ -16,6 +16,7 @@ the live regions, so nothing is decided per call that could be decided once.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import threading
@@ -45,6 +46,18 @@ CPU = "cpu"
 
 _warned: set[str] = set()
 _lock = threading.Lock()
+
+
+def _context_layout_is_known(native: Any) -> bool:
+    """Whether the C path reads "inside Context.run()" right on this Python (checked once:
+    false in a fresh thread, true inside ``copy_context().run``); else it keeps every frame
+    in the context variable, as the pure-Python path does."""
+    outside: list[bool] = []
+    probe = threading.Thread(target=lambda: outside.append(native.context_run_active()))
+    probe.start()
+    probe.join()
+    inside = contextvars.copy_context().run(native.context_run_active)
+    return outside == [False] and inside is True
 
 
 def current_path() -> str:
@@ -294,7 +307,12 @@ if speedups is not None:
     # The C accelerator's host-clock enter/exit replace the Python ones written above.
     CpuRegion.__enter__ = speedups.RegionBase.cpu_enter  # type: ignore[method-assign]
     CpuRegion.__exit__ = speedups.RegionBase.cpu_exit  # type: ignore[method-assign]
-    speedups.bind(_frame, time.perf_counter_ns, CpuRegion, SkippedRegion)
+    SkippedRegion.__enter__ = speedups.RegionBase.skip_enter  # type: ignore[method-assign]
+    SkippedRegion.__exit__ = speedups.RegionBase.skip_exit  # type: ignore[method-assign]
+    speedups.bind(_frame, ROOT_FRAME, time.perf_counter_ns, CpuRegion, SkippedRegion)
+    _get = speedups.get_top
+    _set = speedups.set_top
+    speedups.bind_thread_stack(_context_layout_is_known(speedups))
 
 _MODE_CLASSES: dict[str, type[Region]] = {
     "cpu": CpuRegion,
@@ -443,7 +461,9 @@ def decorate(func: F, region: Region) -> F:
         wrapper = _generator_wrapper(region)
     else:
         wrapper = _sync_wrapper(region)
-    return wrapt.FunctionWrapper(func, wrapper)  # type: ignore[return-value]
+    # With the C path, wrapt itself calls ``func`` directly while the region is skipped.
+    enabled = speedups.Active(region) if speedups is not None else None
+    return wrapt.FunctionWrapper(func, wrapper, enabled)  # type: ignore[return-value]
 
 
 def _sync_wrapper(region: Region) -> Callable[..., Any]:

@@ -255,7 +255,8 @@ def build_report(
     """Turn one interval's collected accumulators into a normalized :class:`Report`."""
     hidden: set[str] = set()
     kept: list[registry.Collected] = []
-    for item in sorted(collected, key=lambda c: _tree_key(c.node)):
+    order = {node: i for i, node in enumerate(registry.walk())}  # parents first, by creation
+    for item in sorted(collected, key=lambda c: order.get(c.node, len(order))):
         node = item.node
         parent = node.parent.path if node.parent is not None else ""
         if parent in hidden or (level is not None and node.level > level):
@@ -323,13 +324,3 @@ def build_report(
 
 def _per_call(stats: Stats) -> tuple[float, ...]:
     return (stats.mean, stats.min, stats.max, stats.std, stats.p50, stats.p90, stats.p99)
-
-
-def _tree_key(node: registry.PathNode) -> tuple[int, ...]:
-    """Order nodes as the tree was built: parents first, siblings by creation."""
-    key: list[int] = []
-    while node.parent is not None:
-        siblings = list(node.parent.children)
-        key.append(siblings.index(node.name))
-        node = node.parent
-    return tuple(reversed(key))

@@ -117,16 +117,30 @@ class Accumulator:
 
     def quantile(self, q: float) -> float:
         """The ``q`` quantile in ns, estimated from the histogram and clamped to [min, max]."""
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs: Sequence[float]) -> list[float]:
+        """Several quantiles (ascending ``qs``) in one pass over the histogram."""
         if not self.count:
-            return 0.0
-        rank = q * self.count
+            return [0.0] * len(qs)
+        out: list[float] = []
+        buckets = iter(sorted(self.hist.items()))
         seen = 0
-        for bucket in sorted(self.hist):
-            seen += self.hist[bucket]
-            if seen >= rank:
-                lower, upper = bucket_bounds(bucket)
-                return float(min(max((lower + upper) / 2, self.min), self.max))
-        return float(self.max)
+        bucket = 0
+        for q in qs:
+            rank = q * self.count
+            while seen < rank:
+                found = next(buckets, None)
+                if found is None:
+                    break
+                bucket, n = found
+                seen += n
+            if seen < rank:
+                out.append(float(self.max))
+                continue
+            lower, upper = bucket_bounds(bucket)
+            out.append(float(min(max((lower + upper) / 2, self.min), self.max)))
+        return out
 
     def to_stats(self) -> Stats:
         """Freeze into a :class:`Stats` in seconds."""
@@ -134,7 +148,7 @@ class Accumulator:
         if not n:
             return Stats.empty()
         variance = (n * self.sumsq - self.total * self.total) / (n * n)  # exact integers
-        p50, p90, p99 = (self.quantile(q) / 1e9 for q in QUANTILES)
+        p50, p90, p99 = (v / 1e9 for v in self.quantiles(QUANTILES))
         return Stats(
             count=n,
             total=self.total / 1e9,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
+import threading
 
 import pytest
 
@@ -204,6 +206,80 @@ def test_concurrent_tasks_never_nest(reporter: instrument.Reporter) -> None:
     assert set(report.paths()) == {"gather"} | {
         p for i in range(5) for p in (f"gather/task{i}", f"gather/task{i}/io")
     }
+
+
+def test_tasks_nest_under_the_plain_code_region_around_the_event_loop(
+    reporter: instrument.Reporter,
+) -> None:
+    async def worker(name: str) -> None:
+        with instrument.timed(name):
+            await asyncio.sleep(0.001)
+
+    async def main() -> None:
+        await asyncio.gather(worker("a"), worker("b"))
+        with instrument.timed("after"):
+            pass
+
+    with instrument.timed("run"):
+        asyncio.run(main())
+        with instrument.timed("sync"):
+            pass
+    assert instrument.current_path() == ""
+    assert set(reporter.flush().paths()) == {"run", "run/a", "run/b", "run/after", "run/sync"}
+
+
+def test_a_task_started_while_another_is_inside_a_region_does_not_nest_in_it(
+    reporter: instrument.Reporter,
+) -> None:
+    async def late() -> None:
+        with instrument.timed("late"):
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        task = None
+        with instrument.timed("first"):
+            task = asyncio.create_task(late())
+            await asyncio.sleep(0)  # late() starts while "first" is open in main()
+            with instrument.timed("second"):
+                await task
+
+    asyncio.run(main())
+    # created inside "first", so it nests there (context snapshot), never under "second"
+    assert set(reporter.flush().paths()) == {"first", "first/late", "first/second"}
+
+
+def test_to_thread_and_copied_contexts_inherit_the_callers_path(
+    reporter: instrument.Reporter,
+) -> None:
+    def work() -> str:
+        with instrument.timed("work"):
+            return instrument.current_path()
+
+    async def main() -> str:
+        with instrument.timed("task"):
+            return await asyncio.to_thread(work)
+
+    assert asyncio.run(main()) == "task/work"
+    with instrument.timed("outer"):
+        assert contextvars.copy_context().run(work) == "outer/work"
+        assert instrument.current_path() == "outer"
+    assert set(reporter.flush().paths()) == {"task", "task/work", "outer", "outer/work"}
+
+
+def test_threads_start_at_the_top_level(reporter: instrument.Reporter) -> None:
+    seen: list[str] = []
+
+    def work() -> None:
+        with instrument.timed("in-thread"):
+            seen.append(instrument.current_path())
+
+    with instrument.timed("main"):
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        assert instrument.current_path() == "main"
+    assert seen == ["in-thread"]
+    assert set(reporter.flush().paths()) == {"main", "in-thread"}
 
 
 def test_generator_timed_per_resumption(clock: FakeClock, reporter: instrument.Reporter) -> None:

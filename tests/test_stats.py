@@ -69,3 +69,16 @@ def test_empty_and_round_trip() -> None:
     assert Stats.from_dict(s.to_dict()) == s
     assert s.scaled(0.5).total == s.total * 0.5
     assert s.scaled(0.5).count == 3
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10**12), min_size=1, max_size=200))
+def test_quantiles_are_within_a_bucket_of_the_exact_ones(values: list[int]) -> None:
+    acc = Accumulator()
+    acc.add_batch(values)
+    ordered = sorted(values)
+    estimates = acc.quantiles([0.5, 0.9, 0.99])
+    assert estimates == [acc.quantile(q) for q in (0.5, 0.9, 0.99)]
+    for q, estimate in zip((0.5, 0.9, 0.99), estimates, strict=True):
+        exact = ordered[max(0, math.ceil(q * len(values)) - 1)]
+        # the estimate is the middle of exact's bucket (<= 12.5 % wide), clamped to [min, max]
+        assert abs(estimate - exact) <= max(0.0625 * exact, 1.0)
