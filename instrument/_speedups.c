@@ -585,6 +585,35 @@ static PyTypeObject RegionType = {
     .tp_members = Region_members,
 };
 
+/* -- objects holding one region (CallTimer, Active) ------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *region;
+} HolderObject;
+
+static int
+Holder_traverse(HolderObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->region);
+    return 0;
+}
+
+static int
+Holder_clear(HolderObject *self)
+{
+    Py_CLEAR(self->region);
+    return 0;
+}
+
+static void
+Holder_dealloc(HolderObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Holder_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
 /* -- the decorator's wrapper: wrapper(wrapped, instance, args, kwargs) for wrapt --------- */
 
 typedef struct {
@@ -660,27 +689,8 @@ CallTimer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-static int
-CallTimer_traverse(CallTimerObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->region);
-    return 0;
-}
 
-static int
-CallTimer_clear(CallTimerObject *self)
-{
-    Py_CLEAR(self->region);
-    return 0;
-}
 
-static void
-CallTimer_dealloc(CallTimerObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    CallTimer_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
 
 static PyMemberDef CallTimer_members[] = {
     {"region", T_OBJECT, offsetof(CallTimerObject, region), READONLY, NULL},
@@ -694,9 +704,9 @@ static PyTypeObject CallTimerType = {
     .tp_basicsize = sizeof(CallTimerObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = CallTimer_new,
-    .tp_dealloc = (destructor)CallTimer_dealloc,
-    .tp_traverse = (traverseproc)CallTimer_traverse,
-    .tp_clear = (inquiry)CallTimer_clear,
+    .tp_dealloc = (destructor)Holder_dealloc,
+    .tp_traverse = (traverseproc)Holder_traverse,
+    .tp_clear = (inquiry)Holder_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(CallTimerObject, vectorcall),
     .tp_members = CallTimer_members,
@@ -731,27 +741,8 @@ Active_bool(ActiveObject *self)
     return Py_TYPE(self->region) != skipped_region_type;
 }
 
-static int
-Active_traverse(ActiveObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->region);
-    return 0;
-}
 
-static int
-Active_clear(ActiveObject *self)
-{
-    Py_CLEAR(self->region);
-    return 0;
-}
 
-static void
-Active_dealloc(ActiveObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    Active_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
 
 static PyNumberMethods Active_as_number = {
     .nb_bool = (inquiry)Active_bool,
@@ -765,9 +756,9 @@ static PyTypeObject ActiveType = {
     .tp_basicsize = sizeof(ActiveObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = Active_new,
-    .tp_dealloc = (destructor)Active_dealloc,
-    .tp_traverse = (traverseproc)Active_traverse,
-    .tp_clear = (inquiry)Active_clear,
+    .tp_dealloc = (destructor)Holder_dealloc,
+    .tp_traverse = (traverseproc)Holder_traverse,
+    .tp_clear = (inquiry)Holder_clear,
     .tp_as_number = &Active_as_number,
 };
 

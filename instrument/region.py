@@ -427,7 +427,7 @@ def timed(name: Any = None, /, *, clock: object = None, level: int = 0) -> Any:
         >>> with instrument.timed("step"):
         ...     y = forward(3)
     """
-    if clock is None and level == 0:
+    if clock is None and level == 0 and isinstance(name, str):
         region = _by_name.get(name)
         if region is not None:
             return region
@@ -438,7 +438,7 @@ def timed(name: Any = None, /, *, clock: object = None, level: int = 0) -> Any:
         return _NamedByFunction(clock, level)
     if not isinstance(name, str) and _is_decoratable(name):
         return decorate(name, region_for(_qualname(name), clock, level))
-    return region_for(name, clock, level)
+    return region_for(check_name(name), clock, level)
 
 
 if speedups is not None:

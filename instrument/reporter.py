@@ -57,13 +57,22 @@ def _check_every(every: object) -> int | None:
     return every
 
 
+def _above_level(node: registry.PathNode | None, level: int) -> bool:
+    """True if ``node`` or one of its ancestors is more detailed than ``level``."""
+    while node is not None:
+        if node.level > level:
+            return True
+        node = node.parent
+    return False
+
+
 def _check_normalizer(normalizer: object) -> float | str:
     if normalizer == "steps":
         return "steps"
     if isinstance(normalizer, bool) or not isinstance(normalizer, numbers.Real):
         raise ValueError(f"unknown normalizer {normalizer!r}; expected a number > 0 or 'steps'")
-    if not float(normalizer) > 0.0:
-        raise ValueError(f"normalizer must be > 0, got {normalizer!r}")
+    if not 0.0 < float(normalizer) < float("inf"):
+        raise ValueError(f"normalizer must be a finite number > 0, got {normalizer!r}")
     return float(normalizer)
 
 
@@ -253,16 +262,12 @@ def build_report(
     end_time: float = 0.0,
 ) -> Report:
     """Turn one interval's collected accumulators into a normalized :class:`Report`."""
-    hidden: set[str] = set()
-    kept: list[registry.Collected] = []
     order = {node: i for i, node in enumerate(registry.walk())}  # parents first, by creation
-    for item in sorted(collected, key=lambda c: order.get(c.node, len(order))):
-        node = item.node
-        parent = node.parent.path if node.parent is not None else ""
-        if parent in hidden or (level is not None and node.level > level):
-            hidden.add(node.path)
-            continue
-        kept.append(item)
+    kept = [
+        item
+        for item in sorted(collected, key=lambda c: order.get(c.node, len(order)))
+        if level is None or not _above_level(item.node, level)
+    ]
 
     def frozen(acc: Accumulator) -> Stats:
         return acc.to_stats()

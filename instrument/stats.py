@@ -3,9 +3,10 @@
 Durations are integer nanoseconds. Sums are exact integers, so totals and variance are
 exact whatever the number of calls. Percentiles come from a fixed histogram of
 ``NBUCKETS`` log-linear buckets — 8 per doubling, the exponent and top 3 mantissa bits of
-the duration as a double (at most 12.5 % wide) — covering 1 ns to 4.9 hours; memory does
-not depend on the number of calls. The C accelerator (``_speedups``) uses the very same
-buckets, so both paths give the same numbers.
+the duration as a double (at most 12.5 % wide) — covering 1 ns to about 68 hours (longer
+durations share the last bucket); memory does not depend on the number of calls. The C
+accelerator (``_speedups``) uses the very same buckets, so both paths give the same
+numbers.
 """
 
 from __future__ import annotations

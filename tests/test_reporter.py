@@ -132,6 +132,39 @@ def test_level_filter_hides_regions_and_their_subtrees(clock: FakeClock) -> None
     assert reports[-1].paths() == ("coarse",)
 
 
+def test_level_filter_hides_children_of_a_filtered_region_still_open_at_flush(
+    clock: FakeClock, reporter: instrument.Reporter
+) -> None:
+    filtered = instrument.Reporter(every=None, level=0)
+    with instrument.timed("a"), instrument.timed("fine", level=1):
+        with instrument.timed("inner"):
+            clock.advance(1.0)
+        assert filtered.flush().paths() == ()  # "a/fine" is open: only its child has records
+    assert filtered.flush().paths() == ("a",)
+    filtered.close()
+
+
+def test_a_text_stream_as_sink_prints_the_tree(clock: FakeClock) -> None:
+    stream = io.StringIO()
+    reporter = instrument.Reporter(every=None, sinks=[stream])
+    with instrument.timed("x"):
+        clock.advance(1.0)
+    reporter.flush()
+    assert "x" in stream.getvalue()
+    assert "total ms" in stream.getvalue()
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0, -1.0])
+def test_normalizer_must_be_finite_and_positive(bad: float) -> None:
+    with pytest.raises(ValueError, match="normalizer must be a finite number > 0"):
+        instrument.Reporter(every=None, normalizer=bad)
+
+
+def test_unhashable_name_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="region name must be a non-empty string"):
+        instrument.timed(["a"])  # type: ignore[call-overload]
+
+
 def test_flush_inside_an_open_region(clock: FakeClock, reporter: instrument.Reporter) -> None:
     with instrument.timed("outer"):
         with instrument.timed("inner"):
@@ -147,8 +180,8 @@ def test_flush_inside_an_open_region(clock: FakeClock, reporter: instrument.Repo
     [
         ({"every": 0}, "every must be a positive int"),
         ({"every": -3}, "every must be a positive int"),
-        ({"normalizer": 0}, "normalizer must be > 0, got 0"),
-        ({"normalizer": -1.5}, "normalizer must be > 0"),
+        ({"normalizer": 0}, "normalizer must be a finite number > 0, got 0"),
+        ({"normalizer": -1.5}, "normalizer must be a finite number > 0"),
         ({"normalizer": "tokens"}, "unknown normalizer 'tokens'; expected a number > 0 or 'steps'"),
         ({"ranks": "foo"}, "unknown ranks 'foo'; expected one of 'local', 'max', 'minmax', 'all'"),
         ({"level": -1}, "region level must be an int >= 0"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,10 @@ def as_sink(obj: Any) -> Sink:
     """A :class:`Sink` for ``obj``: a Sink, an object with ``write(report)``, or a callable."""
     if isinstance(obj, Sink):
         return obj
+    if isinstance(obj, io.TextIOBase):  # sys.stdout, an open text file: print the tree there
+        from instrument.sinks.console import Console
+
+        return Console(obj)
     if callable(getattr(obj, "write", None)):
         return _Duck(obj)
     if callable(obj):

@@ -32,20 +32,13 @@ _HERE = Path(__file__).resolve().parent
 
 
 class Measure(Protocol):
-    """The ``measure`` fixture: run one benchmark and label it for the ratio report."""
+    """The ``measure`` fixture: run one benchmark and label it for the ratio report.
 
-    def __call__(
-        self,
-        fn: Callable[[], object],
-        *,
-        label: str,
-        setup: Callable[[], object] | None = None,
-        inner: int = INNER,
-        baseline: bool = False,
-        rounds: int = ROUNDS,
-        warmup_rounds: int = WARMUP_ROUNDS,
-        note: str = "",
-    ) -> None: ...
+    Options: ``setup`` (untimed, before every round), ``inner`` (operations per round),
+    ``baseline`` (the group's reference row), ``rounds``, ``warmup_rounds``, ``note``.
+    """
+
+    def __call__(self, fn: Callable[[], object], *, label: str, **options: Any) -> None: ...
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ import gc
 import tracemalloc
 from collections.abc import Callable
 from time import perf_counter_ns
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -94,12 +93,7 @@ class Hand:
         self.t0 = perf_counter_ns()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         dt = perf_counter_ns() - self.t0
         _hand.setdefault(self.name, []).append(dt)
 
@@ -112,12 +106,7 @@ class Empty:
     def __enter__(self) -> Empty:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
 
