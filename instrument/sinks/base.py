@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO, cast
 
 from instrument.report import Report
 
@@ -68,7 +68,7 @@ def as_sink(obj: Any) -> Sink:
     if isinstance(obj, io.TextIOBase):  # sys.stdout, an open text file: print the tree there
         from instrument.sinks.console import Console
 
-        return Console(obj)
+        return Console(cast(TextIO, obj))
     if callable(getattr(obj, "write", None)):
         return _Duck(obj)
     if callable(obj):
