@@ -146,8 +146,9 @@ def _title(report: Report) -> str:
         parts.append(f"rank {report.rank}/{report.world_size}")
     if report.steps:
         parts.append(f"{report.steps} steps")
-    if report.normalizer == "steps" and report.steps:
-        parts.append("times per step")
+    if report.normalizer == "steps":
+        if report.steps:  # with no steps marked nothing was divided
+            parts.append("times per step")
     elif report.normalizer != 1.0:
         parts.append(f"times / {report.normalizer:g}")
     span = report.end_time - report.start_time

@@ -144,6 +144,16 @@ def test_level_filter_hides_children_of_a_filtered_region_still_open_at_flush(
     filtered.close()
 
 
+def test_steps_normalizer_without_steps_renders_undivided_times(clock: FakeClock) -> None:
+    reporter = instrument.Reporter(every=None, normalizer="steps")
+    with instrument.timed("x"):
+        clock.advance(1.0)
+    text = reporter.flush().render()
+    assert "times per step" not in text
+    assert "1000.000" in text
+    reporter.close()
+
+
 def test_a_text_stream_as_sink_prints_the_tree(clock: FakeClock) -> None:
     stream = io.StringIO()
     reporter = instrument.Reporter(every=None, sinks=[stream])
