@@ -181,14 +181,19 @@ class Collected:
 
 
 def collect() -> list[Collected]:
-    """Snapshot and reset every path; resolve pending device events. Parents come first."""
+    """Snapshot and reset every path; resolve pending device events.
+
+    Paths come in tree order (parents first, siblings by creation).
+    """
     global pending, _pending_retired, _pending_retired_len
-    taken: list[tuple[PathNode, Accumulator]] = []
+    nodes: list[PathNode] = []
+    host: dict[PathNode, Accumulator] = {}
     with _lock:
         for node in walk():
+            nodes.append(node)
             parts = node.take()
             if parts is not None:
-                taken.append((node, Accumulator.from_parts(*parts)))
+                host[node] = Accumulator.from_parts(*parts)
         events = pending
         pending = []
         late: list[tuple[PathNode, Any, Any, int]] = []
@@ -197,9 +202,11 @@ def collect() -> list[Collected]:
         batch = late + events[:]
         _pending_retired, _pending_retired_len = events, len(batch) - len(late)
     device = _resolve(batch)
-    out = [Collected(node, host, device.pop(node, None)) for node, host in taken]
-    out.extend(Collected(node, Accumulator(), acc) for node, acc in device.items())
-    return out
+    return [
+        Collected(node, host[node] if node in host else Accumulator(), device.get(node))
+        for node in nodes
+        if node in host or node in device
+    ]
 
 
 def _resolve(batch: list[tuple[PathNode, Any, Any, int]]) -> dict[PathNode, Accumulator]:

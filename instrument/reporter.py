@@ -261,13 +261,9 @@ def build_report(
     start_time: float = 0.0,
     end_time: float = 0.0,
 ) -> Report:
-    """Turn one interval's collected accumulators into a normalized :class:`Report`."""
-    order = {node: i for i, node in enumerate(registry.walk())}  # parents first, by creation
-    kept = [
-        item
-        for item in sorted(collected, key=lambda c: order.get(c.node, len(order)))
-        if level is None or not _above_level(item.node, level)
-    ]
+    """Turn one interval's collected accumulators (in tree order, as
+    :func:`registry.collect` gives them) into a normalized :class:`Report`."""
+    kept = [item for item in collected if level is None or not _above_level(item.node, level)]
 
     def frozen(acc: Accumulator) -> Stats:
         return acc.to_stats()
