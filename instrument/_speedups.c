@@ -262,6 +262,16 @@ typedef struct { /* the leading fields of CPython's PyContext (3.7 to 3.13) */
     int ctx_entered;
 } ContextHead;
 
+static int
+check_bound(void)
+{
+    if (frame_var == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind()");
+        return -1;
+    }
+    return 0;
+}
+
 static int thread_stack_on = 0;
 static _Thread_local PyObject *thread_top = NULL; /* strong reference, or NULL */
 
@@ -276,20 +286,15 @@ in_context_run(void)
 static PyObject *
 top_get(void)
 {
-    PyObject *value;
-    if (thread_stack_on && !in_context_run()) {
-        if (thread_top != NULL) {
-            Py_INCREF(thread_top);
-            return thread_top;
-        }
-        if (PyContextVar_Get(frame_var, NULL, &value) < 0) {
-            return NULL;
-        }
-        return value;
+    if (thread_top != NULL && thread_stack_on && !in_context_run()) {
+        Py_INCREF(thread_top);
+        return thread_top;
     }
+    PyObject *value;
     if (PyContextVar_Get(frame_var, NULL, &value) < 0) {
         return NULL;
     }
+    /* in a task that has opened no region yet: under the plain code's open regions */
     if (value == root_frame && thread_top != NULL) {
         Py_DECREF(value);
         Py_INCREF(thread_top);
@@ -317,21 +322,13 @@ top_set(PyObject *frame)
 static PyObject *
 get_top(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    if (frame_var == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind()");
-        return NULL;
-    }
-    return top_get();
+    return check_bound() < 0 ? NULL : top_get();
 }
 
 static PyObject *
 set_top(PyObject *module, PyObject *frame)
 {
-    if (frame_var == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind()");
-        return NULL;
-    }
-    if (top_set(frame) < 0) {
+    if (check_bound() < 0 || top_set(frame) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -385,16 +382,6 @@ read_now(PyObject *now, int64_t *out)
         return -1;
     }
     *out = (int64_t)v;
-    return 0;
-}
-
-static int
-check_bound(void)
-{
-    if (frame_var == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind()");
-        return -1;
-    }
     return 0;
 }
 
@@ -592,6 +579,22 @@ typedef struct {
     PyObject *region;
 } HolderObject;
 
+/* A new `type` object holding the one RegionBase in `args`. */
+static HolderObject *
+Holder_new(PyTypeObject *type, PyObject *args)
+{
+    PyObject *region;
+    if (!PyArg_ParseTuple(args, "O!", &RegionType, &region)) {
+        return NULL;
+    }
+    HolderObject *self = (HolderObject *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        Py_INCREF(region);
+        self->region = region;
+    }
+    return self;
+}
+
 static int
 Holder_traverse(HolderObject *self, visitproc visit, void *arg)
 {
@@ -671,26 +674,12 @@ CallTimer_vectorcall(CallTimerObject *self, PyObject *const *args, size_t nargsf
 static PyObject *
 CallTimer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *region;
-    if (!PyArg_ParseTuple(args, "O:CallTimer", &region)) {
-        return NULL;
+    CallTimerObject *self = (CallTimerObject *)Holder_new(type, args);
+    if (self != NULL) {
+        self->vectorcall = (vectorcallfunc)CallTimer_vectorcall;
     }
-    if (!PyObject_TypeCheck(region, &RegionType)) {
-        PyErr_SetString(PyExc_TypeError, "CallTimer(region) needs a RegionBase");
-        return NULL;
-    }
-    CallTimerObject *self = (CallTimerObject *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    Py_INCREF(region);
-    self->region = region;
-    self->vectorcall = (vectorcallfunc)CallTimer_vectorcall;
     return (PyObject *)self;
 }
-
-
-
 
 static PyMemberDef CallTimer_members[] = {
     {"region", T_OBJECT, offsetof(CallTimerObject, region), READONLY, NULL},
@@ -722,17 +711,7 @@ typedef struct {
 static PyObject *
 Active_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *region;
-    if (!PyArg_ParseTuple(args, "O:Active", &region)) {
-        return NULL;
-    }
-    ActiveObject *self = (ActiveObject *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    Py_INCREF(region);
-    self->region = region;
-    return (PyObject *)self;
+    return (PyObject *)Holder_new(type, args);
 }
 
 static int
@@ -740,9 +719,6 @@ Active_bool(ActiveObject *self)
 {
     return Py_TYPE(self->region) != skipped_region_type;
 }
-
-
-
 
 static PyNumberMethods Active_as_number = {
     .nb_bool = (inquiry)Active_bool,
