@@ -53,7 +53,12 @@ def _context_layout_is_known(native: Any) -> bool:
     false in a fresh thread, true inside ``copy_context().run``); else it keeps every frame
     in the context variable, as the pure-Python path does."""
     outside: list[bool] = []
-    probe = threading.Thread(target=lambda: outside.append(native.context_run_active()))
+
+    def read_outside() -> None:
+        contextvars.ContextVar("instrument_probe").get(None)  # make the thread's own context
+        outside.append(native.context_run_active())
+
+    probe = threading.Thread(target=read_outside)
     probe.start()
     probe.join()
     inside = contextvars.copy_context().run(native.context_run_active)
