@@ -5,8 +5,10 @@ at a cost close to reading the clock and without synchronizing the device.
 """
 
 from instrument import sinks
+from instrument.auto import AutoHandle, auto
 from instrument.clocks import Clock
 from instrument.config import configure, disable, enable, is_enabled
+from instrument.hooks.data import data
 from instrument.region import Region, Timer, current_path, timed, timer
 from instrument.report import Node, Report
 from instrument.reporter import Reporter, step
@@ -15,6 +17,7 @@ from instrument.stats import Stats
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AutoHandle",
     "Clock",
     "Node",
     "Region",
@@ -23,8 +26,10 @@ __all__ = [
     "Stats",
     "Timer",
     "__version__",
+    "auto",
     "configure",
     "current_path",
+    "data",
     "disable",
     "enable",
     "is_enabled",

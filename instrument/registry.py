@@ -14,6 +14,9 @@ swapped-out buffer is kept ("retired") and its tail is read at the next swap, so
 lands in this report or the next, never nowhere.
 
 Device (CUDA event) timings wait in ``pending`` until the flush resolves them in one pass.
+Collectives also count the bytes they moved (``add_bytes``, off the region hot path), and a
+path timed *concurrently* with its siblings — an async collective, DDP's gradient
+all-reduce — is marked so that the report does not subtract it from its parent's self time.
 """
 
 from __future__ import annotations
@@ -133,6 +136,24 @@ class PathNode(NodeBase):
 
 ROOT = PathNode("", None)
 
+#: Bytes moved per path since the last collect (collectives); written under ``_lock``.
+_bytes: dict[PathNode, int] = {}
+
+#: Paths whose time overlaps their siblings' (async work timed until it completes).
+concurrent: set[PathNode] = set()
+
+
+def add_bytes(node: PathNode, nbytes: int) -> None:
+    """Count ``nbytes`` moved by one call of ``node`` (a collective; not the region hot path)."""
+    with _lock:
+        _bytes[node] = _bytes.get(node, 0) + nbytes
+
+
+def mark_concurrent(node: PathNode) -> None:
+    """Say that ``node``'s time overlaps its siblings' (it is not part of the parent's self)."""
+    concurrent.add(node)
+
+
 #: (node, start event, end event, device index) for device-clock regions, resolved at flush.
 pending: list[tuple[PathNode, Any, Any, int]] = []
 _pending_retired: list[tuple[PathNode, Any, Any, int]] | None = None
@@ -178,6 +199,7 @@ class Collected:
     node: PathNode
     host: Accumulator
     device: Accumulator | None
+    bytes: int = 0
 
 
 def collect() -> list[Collected]:
@@ -185,10 +207,11 @@ def collect() -> list[Collected]:
 
     Paths come in tree order (parents first, siblings by creation).
     """
-    global pending, _pending_retired, _pending_retired_len
+    global pending, _pending_retired, _pending_retired_len, _bytes
     nodes: list[PathNode] = []
     host: dict[PathNode, Accumulator] = {}
     with _lock:
+        moved, _bytes = _bytes, {}
         for node in walk():
             nodes.append(node)
             parts = node.take()
@@ -203,7 +226,9 @@ def collect() -> list[Collected]:
         _pending_retired, _pending_retired_len = events, len(batch) - len(late)
     device = _resolve(batch)
     return [
-        Collected(node, host[node] if node in host else Accumulator(), device.get(node))
+        Collected(
+            node, host[node] if node in host else Accumulator(), device.get(node), moved.get(node, 0)
+        )
         for node in nodes
         if node in host or node in device
     ]
@@ -231,11 +256,12 @@ def _resolve(batch: list[tuple[PathNode, Any, Any, int]]) -> dict[PathNode, Accu
 
 def clear() -> None:
     """Forget everything recorded (paths stay known)."""
-    global pending, _pending_retired, _pending_retired_len
+    global pending, _pending_retired, _pending_retired_len, _bytes
     with _lock:
         for node in walk():
             node.clear_stats()
         pending = []
+        _bytes = {}
         _pending_retired, _pending_retired_len = None, 0
 
 

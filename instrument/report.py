@@ -20,6 +20,10 @@ class Node:
     ``self`` describe the region's primary time: device time for a region on the "cuda"
     clock, host time otherwise. ``host`` always holds the host-side (enter → exit) time, and
     ``device`` the CUDA-event time when there is one, so both can be compared.
+
+    ``bytes`` counts what a collective moved in the interval (never normalized), and
+    ``concurrent`` marks work that overlaps its siblings (an async collective timed until
+    its ``wait()``): its time is not subtracted from the parent's ``self``.
     """
 
     path: str
@@ -28,6 +32,8 @@ class Node:
     self_time: float = 0.0
     clock: str = "cpu"
     level: int = 0
+    bytes: int = 0
+    concurrent: bool = False
 
     @property
     def name(self) -> str:
@@ -103,6 +109,8 @@ class Node:
             "self": self.self_time,
             "host": self.host.to_dict(),
             "device": None if self.device is None else self.device.to_dict(),
+            "bytes": self.bytes,
+            "concurrent": self.concurrent,
         }
 
     @classmethod
@@ -116,6 +124,8 @@ class Node:
             self_time=float(data["self"]),
             clock=str(data.get("clock", "cpu")),
             level=int(data.get("level", 0)),
+            bytes=int(data.get("bytes", 0)),
+            concurrent=bool(data.get("concurrent", False)),
         )
 
 
@@ -171,10 +181,11 @@ class Report:
 
     @property
     def other(self) -> float | None:
-        """Step time no top-level region covered (seconds), or ``None`` without steps."""
+        """Step time no top-level region covered (seconds), or ``None`` without steps.
+        Concurrent regions (async work) cover nothing: they overlap the others."""
         if self.step_time is None:
             return None
-        covered = sum(node.total for node in self.children(""))
+        covered = sum(node.total for node in self.children("") if not node.concurrent)
         return max(self.step_time.total - covered, 0.0)
 
     def render(self, *, unicode: bool = True, width: int | None = None) -> str:

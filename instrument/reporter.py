@@ -197,15 +197,16 @@ class Reporter:
                         sink,
                     )
 
-    def close(self) -> Report | None:
-        """Flush what is left (if anything), close the sinks, and stop receiving steps."""
+    def close(self, *, flush: bool = True) -> Report | None:
+        """Flush what is left (if anything, and unless ``flush=False``), close the sinks, and
+        stop receiving steps."""
         if self._closed:
             return None
         self._closed = True
         with _live_lock:
             _live.discard(self)
         report = None
-        if self._steps or any(node.has_records() for node in registry.walk()):
+        if flush and (self._steps or any(node.has_records() for node in registry.walk())):
             report = self.flush()
         for sink in self._sinks:
             try:
@@ -285,6 +286,8 @@ def build_report(
     child_total: dict[str, float] = {}
     for item in kept:
         node = item.node
+        if node in registry.concurrent:
+            continue
         if node.parent is not None and node.parent.path in host:
             primary = device[node.path] or host[node.path]
             child_total[node.parent.path] = child_total.get(node.parent.path, 0.0) + primary.total
@@ -301,6 +304,8 @@ def build_report(
                 self_time=max(primary.total - child_total.get(path, 0.0), 0.0),
                 clock="cuda" if device[path] is not None else item.node.mode,
                 level=item.node.level,
+                bytes=item.bytes,
+                concurrent=item.node in registry.concurrent,
             )
         )
 

@@ -21,6 +21,7 @@ class Row:
     mean: float | None
     max: float | None
     host: float | None = None
+    bytes: int | None = None
 
 
 def children_by_parent(report: Report) -> dict[str, list[Node]]:
@@ -51,15 +52,17 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
 
     def add(node: Node, parent: str, prefix: str, last: bool, parent_total: float | None) -> None:
         branch = (elbow if last else tee) if prefix is not None else ""
+        suffix = " (async)" if node.concurrent else ""
         out.append(
             Row(
-                label=f"{prefix or ''}{branch}{_label_name(node, parent)}",
+                label=f"{prefix or ''}{branch}{_label_name(node, parent)}{suffix}",
                 total=node.total,
                 percent=_percent(node.total, parent_total),
                 count=node.count,
                 mean=node.mean,
                 max=node.max,
                 host=node.host.total if has_device else None,
+                bytes=node.bytes or None,
             )
         )
         below = kids.get(node.path, [])
@@ -87,7 +90,7 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
         if other > 0.0:
             out.append(Row(f"{elbow}(other)", other, _percent(other, step.total), None, None, None))
     else:
-        covered = sum(node.total for node in top)
+        covered = sum(node.total for node in top if not node.concurrent)
         for node in top:
             add(node, "", None, True, covered)  # type: ignore[arg-type]
     return out
@@ -103,12 +106,26 @@ def _ms(value: float | None) -> str:
     return "" if value is None else f"{value * 1e3:.3f}"
 
 
+def _size(nbytes: int | None) -> str:
+    if nbytes is None:
+        return ""
+    value = float(nbytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000.0 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000.0
+    return ""  # pragma: no cover - the loop always returns
+
+
 def render_text(report: Report, *, unicode: bool = True, width: int | None = None) -> str:
     """The report as a text tree: names with tree lines on the left, aligned figures on
-    the right (times in milliseconds, % of the parent line, number of calls)."""
+    the right (times in milliseconds, % of the parent line, number of calls; host time
+    when a device clock was used, bytes when collectives moved any)."""
     table = rows(report, unicode=unicode)
     has_device = any(row.host is not None for row in table)
-    headers = ["total ms", "%", "calls", "mean ms", "max ms"] + (["host ms"] if has_device else [])
+    has_bytes = any(row.bytes is not None for row in table)
+    headers = ["total ms", "%", "calls", "mean ms", "max ms"]
+    headers += (["host ms"] if has_device else []) + (["bytes"] if has_bytes else [])
     cells = [
         [
             _ms(row.total),
@@ -118,6 +135,7 @@ def render_text(report: Report, *, unicode: bool = True, width: int | None = Non
             _ms(row.max),
         ]
         + ([_ms(row.host)] if has_device else [])
+        + ([_size(row.bytes)] if has_bytes else [])
         for row in table
     ]
     label_width = max([len(row.label) for row in table] + [len("region")])

@@ -1,0 +1,236 @@
+"""Module regions: which modules get one, what they are called, and the hooks that time them.
+
+The root module's region is ``forward``; every other timed module is named by its attribute
+path below the nearest *timed* ancestor, so a ``ModuleList`` (which never runs) joins its
+index to its own name (``layers.0``), and regions nest as the calls nest
+(``forward/encoder/layers.0/self_attn``). Wrappers that only hold the real module — DDP,
+DataParallel, FSDP (v1), activation checkpointing, ``torch.compile`` — are timed in place of
+the module they hold, and their attribute (``module.``, ``_orig_mod.``, ...) never shows.
+
+Timing uses PyTorch's forward pre-hook and forward hook (registered with
+``always_call=True``, so a forward that raises still closes its region). Each hook first asks
+``torch.compiler.is_compiling()``: inside a graph being compiled it does nothing, which keeps
+Dynamo free of graph breaks. A compiled module is timed from outside as one region.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from instrument.region import ROOT_FRAME, Frame, Region, _get, _set, region_for
+from instrument.registry import ROOT, PathNode
+
+Pattern = str | type[nn.Module]
+
+#: Attributes by which wrappers hold the module they wrap, and the wrappers that use them.
+_HOLDERS: tuple[tuple[str, tuple[type, ...] | None], ...] = (
+    ("module", (nn.parallel.DistributedDataParallel, nn.DataParallel)),
+    ("_fsdp_wrapped_module", None),
+    ("_checkpoint_wrapped_module", None),
+    ("_orig_mod", None),
+)
+
+compiling = torch.compiler.is_compiling
+
+
+@dataclass(frozen=True)
+class Target:
+    """One module that gets a region."""
+
+    module: nn.Module
+    name: str  # the region name: "forward" for the root, else relative to the timed parent
+    qualname: str  # the dotted name below the root, wrapper attributes left out ("" = root)
+    compiled: bool = False  # timed as one region; nothing inside it is hooked
+
+
+def held_module(module: nn.Module) -> nn.Module | None:
+    """The module a transparent wrapper holds (DDP's ``module``, ``_orig_mod``, ...), or None."""
+    for attr, types in _HOLDERS:
+        inner = module._modules.get(attr)
+        if inner is not None and (types is None or isinstance(module, types)):
+            return inner
+    return None
+
+
+def is_compiled(module: nn.Module) -> bool:
+    """``torch.compile(module)`` (an OptimizedModule) or ``module.compile()`` in place."""
+    if getattr(module, "_compiled_call_impl", None) is not None:
+        return True
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
+def _matches(qualname: str, module: nn.Module, patterns: Sequence[Pattern]) -> bool:
+    for pattern in patterns:
+        if isinstance(pattern, str):
+            if fnmatch.fnmatchcase(qualname, pattern):
+                return True
+        elif isinstance(module, pattern):
+            return True
+    return False
+
+
+def check_patterns(patterns: object, option: str) -> tuple[Pattern, ...] | None:
+    """Validate ``include=`` / ``exclude=``: None, a glob string, a module type, or a list of them."""
+    if patterns is None:
+        return None
+    items: Iterable[object] = (
+        (patterns,) if isinstance(patterns, (str, type)) else patterns  # type: ignore[assignment]
+    )
+    try:
+        out = tuple(items)
+    except TypeError:
+        raise TypeError(
+            f"{option} must be a glob string, an nn.Module subclass or a list of them, "
+            f"got {patterns!r}"
+        ) from None
+    for item in out:
+        if not (isinstance(item, str) or (isinstance(item, type) and issubclass(item, nn.Module))):
+            raise TypeError(
+                f"{option} entries must be glob strings (matched against names like "
+                f"'encoder.layers.0') or nn.Module subclasses, got {item!r}"
+            )
+    return out
+
+
+def plan(
+    model: nn.Module,
+    *,
+    depth: int | None = None,
+    include: Sequence[Pattern] | None = None,
+    exclude: Sequence[Pattern] | None = None,
+) -> list[Target]:
+    """The modules of ``model`` that get a region, parents before children.
+
+    ``depth`` limits how many levels below ``forward`` are timed (0: only ``forward``).
+    ``include`` / ``exclude`` are glob patterns on the dotted name (``"encoder.layers.*"``,
+    ``"*.dropout"``) or module types; a match also covers everything below the module. The
+    root is always timed. A module reachable twice (shared) is timed once, by its first name.
+    """
+    targets = [Target(model, "forward", "", is_compiled(model))]
+    if targets[0].compiled:
+        return targets
+    seen = {id(model)}
+
+    def visit(
+        module: nn.Module, qual: str, rel: str, level: int, included: bool
+    ) -> Iterator[Target]:
+        inner = held_module(module)
+        children = inner.named_children() if inner is not None else module.named_children()
+        if inner is not None:
+            seen.add(id(inner))
+        for attr, child in children:
+            if child is None or id(child) in seen:
+                continue
+            seen.add(id(child))
+            child_qual = f"{qual}.{attr}" if qual else attr
+            child_rel = f"{rel}.{attr}" if rel else attr
+            if exclude and _matches(child_qual, child, exclude):
+                continue
+            child_included = included or bool(include and _matches(child_qual, child, include))
+            runs = not isinstance(child, (nn.ModuleList, nn.ModuleDict))
+            timed = runs and child_included and (depth is None or level < depth)
+            if timed:
+                compiled = is_compiled(child)
+                yield Target(child, child_rel, child_qual, compiled)
+                if not compiled:
+                    yield from visit(child, child_qual, "", level + 1, child_included)
+            elif depth is None or level < depth:
+                yield from visit(child, child_qual, child_rel, level, child_included)
+
+    targets.extend(visit(model, "", "", 0, include is None))
+    return targets
+
+
+class ModuleHooks:
+    """Forward regions (and, with ``backward_modules``, per-module backward regions) on the
+    planned modules; :meth:`remove` takes every hook off again."""
+
+    def __init__(
+        self,
+        targets: Sequence[Target],
+        *,
+        clock: object = None,
+        backward_modules: bool = False,
+        backward_anchor: Callable[[], PathNode] | None = None,
+    ) -> None:
+        self._handles: list[RemovableHandle] = []
+        self._restore: list[Callable[[], None]] = []
+        self._anchor = backward_anchor or (lambda: ROOT.child("backward", 0, "cpu"))
+        for target in targets:
+            region = region_for(target.name, clock)
+            if target.compiled and getattr(target.module, "_compiled_call_impl", None):
+                self._time_compiled_in_place(target.module, region)
+                continue
+            self._time_forward(target.module, region)
+            if backward_modules and target.qualname and not target.compiled:
+                self._time_backward(target.module, region)
+
+    def _time_forward(self, module: nn.Module, region: Region) -> None:
+        def enter(mod: nn.Module, args: Any) -> None:
+            if not compiling():
+                region.__enter__()
+
+        def leave(mod: nn.Module, args: Any, output: Any) -> None:
+            if not compiling():
+                region.__exit__(None, None, None)
+
+        self._handles.append(module.register_forward_pre_hook(enter))
+        self._handles.append(module.register_forward_hook(leave, always_call=True))
+
+    def _time_compiled_in_place(self, module: nn.Module, region: Region) -> None:
+        """``module.compile()`` compiles the hooks too: time its compiled call from outside."""
+        compiled_call = module._compiled_call_impl
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                return compiled_call(*args, **kwargs)  # type: ignore[misc]
+            with region:
+                return compiled_call(*args, **kwargs)  # type: ignore[misc]
+
+        module._compiled_call_impl = call
+
+        def restore() -> None:
+            if module._compiled_call_impl is call:
+                module._compiled_call_impl = compiled_call
+
+        self._restore.append(restore)
+
+    def _time_backward(self, module: nn.Module, region: Region) -> None:
+        """Backward regions run on autograd's threads: a region that finds no open region on
+        its thread attaches to the ``backward`` region instead of floating at the top."""
+        anchor_of = self._anchor
+
+        def enter(mod: nn.Module, grad_output: Any) -> None:
+            if compiling():
+                return
+            if _get()[0] is ROOT:
+                frame: Frame = (anchor_of(), 0, ROOT_FRAME, anchor_of, None)
+                _set(frame)
+            region.__enter__()
+
+        def leave(mod: nn.Module, grad_input: Any, grad_output: Any) -> None:
+            if compiling():
+                return
+            region.__exit__(None, None, None)
+            top = _get()
+            if top[3] is anchor_of:
+                _set(top[2])
+
+        self._handles.append(module.register_full_backward_pre_hook(enter))
+        self._handles.append(module.register_full_backward_hook(leave))
+
+    def remove(self) -> None:
+        """Take every hook off and undo every in-place patch (idempotent)."""
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.remove()
+        restore, self._restore = self._restore, []
+        for undo in restore:
+            undo()

@@ -1,0 +1,73 @@
+"""Reference-counted patches of shared functions (``torch.autograd.backward``, collectives).
+
+Several ``auto()`` handles may be live at once; the first ``patch`` of an attribute installs
+the wrapper, later ones only count, and the last undo puts the original back — exactly the
+object that was there before.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+_lock = threading.Lock()
+# (id(owner), attr) -> [owner, attr, original, wrapper, count]
+_active: dict[tuple[int, str], list[Any]] = {}
+
+
+def patch(owner: object, attr: str, make: Callable[[Any], Any]) -> Callable[[], None]:
+    """Replace ``owner.attr`` by ``make(original)`` (once, however many callers ask) and
+    return the undo for this caller."""
+    key = (id(owner), attr)
+    with _lock:
+        entry = _active.get(key)
+        if entry is None:
+            original = _own(owner, attr)
+            wrapper = make(original)
+            setattr(owner, attr, wrapper)
+            entry = _active[key] = [owner, attr, original, wrapper, 0]
+        entry[4] += 1
+    done = False
+
+    def undo() -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        with _lock:
+            entry[4] -= 1
+            if entry[4]:
+                return
+            del _active[key]
+            if _own(owner, attr) is entry[3]:
+                setattr(owner, attr, entry[2])
+            else:
+                warnings.warn(
+                    f"instrument: {attr!r} was replaced by someone else after instrument "
+                    "patched it; leaving the newer one in place",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+
+    return undo
+
+
+def _own(owner: object, attr: str) -> Any:
+    """``owner.attr`` as stored (a class's own function, not a bound or wrapped view of it)."""
+    try:
+        return vars(owner)[attr]
+    except (TypeError, KeyError):
+        raise AttributeError(f"{owner!r} has no attribute {attr!r} of its own to patch") from None
+
+
+def original(owner: object, attr: str) -> Any:
+    """What ``owner.attr`` was before instrument patched it (the attribute itself if not)."""
+    entry = _active.get((id(owner), attr))
+    return _own(owner, attr) if entry is None else entry[2]
+
+
+def is_patched(owner: object, attr: str) -> bool:
+    """True while instrument's wrapper is installed on ``owner.attr``."""
+    return (id(owner), attr) in _active
