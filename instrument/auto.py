@@ -22,6 +22,11 @@ from instrument.sinks.console import Console
 _installed: weakref.WeakKeyDictionary[nn.Module, AutoHandle] = weakref.WeakKeyDictionary()
 
 
+def installed_handles() -> tuple[AutoHandle, ...]:
+    """The handles of every ``auto()`` not yet removed."""
+    return tuple(_installed.values())
+
+
 class AutoHandle:
     """What :func:`auto` installed: ``reporter``, ``remove()``, and a context manager.
 
@@ -142,8 +147,6 @@ def auto(
     optimizers = optim_hooks.check_optimizers(optimizer)
     if depth is not None:
         check_level(depth)
-    include_patterns = module_hooks.check_patterns(include, "include")
-    exclude_patterns = module_hooks.check_patterns(exclude, "exclude")
     if not (backward is True or backward is False or backward == "modules"):
         raise ValueError(f"unknown backward {backward!r}; expected one of True, False, 'modules'")
     clocks.check_clock(clock)
@@ -172,9 +175,7 @@ def auto(
             handle,
             model,
             optimizers,
-            targets=module_hooks.plan(
-                model, depth=depth, include=include_patterns, exclude=exclude_patterns
-            ),
+            targets=module_hooks.plan(model, depth=depth, include=include, exclude=exclude),
             backward=backward,
             collectives=collectives,
             dataloader=dataloader,

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from instrument import _state, clocks, config, region, registry, reporter
+from instrument.auto import installed_handles
 from instrument.report import Report
 from instrument.sinks.memory import InMemory
 
@@ -72,10 +73,12 @@ def capture_reports(**reporter_options: Any) -> Iterator[list[Report]]:
 
 
 def reset() -> None:
-    """Back to a fresh import: reporters detached (no flush), everything recorded dropped,
-    default configuration, no open region in this context."""
+    """Back to a fresh import: reporters detached (no flush), ``auto()`` handles removed,
+    everything recorded dropped, default configuration, no open region in this context."""
     for live in reporter.live_reporters():
         live._detach()
+    for handle in installed_handles():
+        handle.remove()
     _state.enabled = True
     _state.level = None
     config.configure(clock="auto")

@@ -96,13 +96,17 @@ def _timed_subclass(cls: type) -> type:
         return found
 
     def __iter__(self: Any) -> Iterator[Any]:
-        iterator = cls.__iter__(self)
+        iterator = cls.__iter__(self)  # type: ignore[attr-defined]
         region = _regions.get(self)
         if region is None or iterator is self:
             return iterator  # type: ignore[no-any-return]
         return TimedIterator(iterator, region)
 
-    namespace: dict[str, Any] = {"__slots__": (), "__iter__": __iter__, "__module__": cls.__module__}
+    namespace: dict[str, Any] = {
+        "__slots__": (),
+        "__iter__": __iter__,
+        "__module__": cls.__module__,
+    }
     if hasattr(cls, "__next__"):  # an iterator itself: time its __next__ too
 
         def __next__(self: Any) -> Any:
@@ -117,7 +121,9 @@ def _timed_subclass(cls: type) -> type:
     return found
 
 
-def time_in_place(loader: object, name: str = "data", *, clock: object = None) -> Callable[[], None]:
+def time_in_place(
+    loader: object, name: str = "data", *, clock: object = None
+) -> Callable[[], None]:
     """Time ``for batch in loader`` without changing the loop; returns the undo.
 
     Raises ``TypeError`` for objects whose class cannot be swapped (builtins, generators):

@@ -77,7 +77,7 @@ def _matches(qualname: str, module: nn.Module, patterns: Sequence[Pattern]) -> b
 
 
 def check_patterns(patterns: object, option: str) -> tuple[Pattern, ...] | None:
-    """Validate ``include=`` / ``exclude=``: None, a glob string, a module type, or a list of them."""
+    """Validate ``include=`` / ``exclude=``: None, a glob, a module type, or a list of them."""
     if patterns is None:
         return None
     items: Iterable[object] = (
@@ -90,21 +90,23 @@ def check_patterns(patterns: object, option: str) -> tuple[Pattern, ...] | None:
             f"{option} must be a glob string, an nn.Module subclass or a list of them, "
             f"got {patterns!r}"
         ) from None
+    checked: list[Pattern] = []
     for item in out:
         if not (isinstance(item, str) or (isinstance(item, type) and issubclass(item, nn.Module))):
             raise TypeError(
                 f"{option} entries must be glob strings (matched against names like "
                 f"'encoder.layers.0') or nn.Module subclasses, got {item!r}"
             )
-    return out
+        checked.append(item)
+    return tuple(checked)
 
 
 def plan(
     model: nn.Module,
     *,
     depth: int | None = None,
-    include: Sequence[Pattern] | None = None,
-    exclude: Sequence[Pattern] | None = None,
+    include: Pattern | Iterable[Pattern] | None = None,
+    exclude: Pattern | Iterable[Pattern] | None = None,
 ) -> list[Target]:
     """The modules of ``model`` that get a region, parents before children.
 
@@ -113,6 +115,8 @@ def plan(
     ``"*.dropout"``) or module types; a match also covers everything below the module. The
     root is always timed. A module reachable twice (shared) is timed once, by its first name.
     """
+    include = check_patterns(include, "include")
+    exclude = check_patterns(exclude, "exclude")
     targets = [Target(model, "forward", "", is_compiled(model))]
     if targets[0].compiled:
         return targets

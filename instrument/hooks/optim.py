@@ -36,13 +36,15 @@ def check_optimizers(optimizer: object) -> list[torch.optim.Optimizer]:
         out = list(items)  # type: ignore[call-overload]
     except TypeError:
         out = [optimizer]
+    checked: list[torch.optim.Optimizer] = []
     for item in out:
         if not isinstance(item, torch.optim.Optimizer):
             raise TypeError(
                 "optimizer must be a torch.optim.Optimizer or a list of them, "
                 f"got {type(item).__name__}"
             )
-    return out
+        checked.append(item)
+    return checked
 
 
 class OptimizerHooks:

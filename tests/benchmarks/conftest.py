@@ -35,7 +35,8 @@ class Measure(Protocol):
     """The ``measure`` fixture: run one benchmark and label it for the ratio report.
 
     Options: ``setup`` (untimed, before every round), ``inner`` (operations per round),
-    ``baseline`` (the group's reference row), ``rounds``, ``warmup_rounds``, ``note``.
+    ``baseline`` (the group's reference row), ``floor`` (the cost of the bare operation:
+    the report then also compares costs *above* it), ``rounds``, ``warmup_rounds``, ``note``.
     """
 
     def __call__(self, fn: Callable[[], object], *, label: str, **options: Any) -> None: ...
@@ -55,11 +56,14 @@ def measure(benchmark: Any) -> Measure:
         setup: Callable[[], object] | None = None,
         inner: int = INNER,
         baseline: bool = False,
+        floor: bool = False,
         rounds: int = ROUNDS,
         warmup_rounds: int = WARMUP_ROUNDS,
         note: str = "",
     ) -> None:
-        benchmark.extra_info.update(label=label, inner=inner, baseline=baseline, note=note)
+        benchmark.extra_info.update(
+            label=label, inner=inner, baseline=baseline, floor=floor, note=note
+        )
 
         def setup_round() -> None:
             if setup is not None:

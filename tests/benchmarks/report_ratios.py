@@ -8,7 +8,9 @@ Usage::
 Each benchmark's function performs ``extra_info["inner"]`` operations per round, so the
 time per operation is a round's time divided by ``inner``: the min over rounds (the
 figure least disturbed by a noisy machine) and the median. The ratio compares the
-min-based figure with the group's baseline row (``extra_info["baseline"]``).
+min-based figure with the group's baseline row (``extra_info["baseline"]``). A group with a
+*floor* row (``extra_info["floor"]``: the bare operation) also gets an "added" column: each
+row's cost above the floor divided by the baseline's cost above it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 #: Groups in this order first, any others after them in the order they appear.
-GROUP_ORDER = ("context-manager", "decorator", "disabled", "flush")
+GROUP_ORDER = (
+    "context-manager",
+    "decorator",
+    "disabled",
+    "flush",
+    "module-call",
+    "mlp-step",
+    "transformer-step",
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,7 @@ class Row:
     rounds: int
     baseline: bool
     note: str
+    floor: bool = False
 
 
 def load_rows(data: dict[str, Any]) -> list[Row]:
@@ -54,6 +65,7 @@ def load_rows(data: dict[str, Any]) -> list[Row]:
                 rounds=int(stats.get("rounds", 0)),
                 baseline=bool(extra.get("baseline", False)),
                 note=str(extra.get("note", "")),
+                floor=bool(extra.get("floor", False)),
             )
         )
     return rows
@@ -80,11 +92,14 @@ def table(group: str, rows: Sequence[Row]) -> str:
     """One group's markdown table."""
     baselines = [r for r in rows if r.baseline]
     base = baselines[0] if baselines else None
+    floor = next((r for r in rows if r.floor), None)
+    added_header = " added above floor, ratio |" if floor is not None else ""
     lines = [
         f"### {group}",
         "",
-        "| label | ns/op (min) | ns/op (median) | ratio to baseline (min) | rounds | note |",
-        "|---|---:|---:|---:|---:|---|",
+        f"| label | ns/op (min) | ns/op (median) | ratio to baseline (min) |{added_header}"
+        " rounds | note |",
+        "|---|---:|---:|---:|" + ("---:|" if floor is not None else "") + "---:|---|",
     ]
     for row in rows:
         if base is None or base.min_ns <= 0:
@@ -93,9 +108,15 @@ def table(group: str, rows: Sequence[Row]) -> str:
             ratio = "1.00 (baseline)"
         else:
             ratio = f"{row.min_ns / base.min_ns:.2f}"
+        added = ""
+        if floor is not None:
+            above = row.min_ns - floor.min_ns
+            base_above = base.min_ns - floor.min_ns if base is not None else 0.0
+            share = f"{above / base_above:.2f}" if base_above > 0 and row is not floor else "—"
+            added = f" {_ns(above)} ns, {share} |"
         lines.append(
-            f"| {row.label} | {_ns(row.min_ns)} | {_ns(row.median_ns)} | {ratio} "
-            f"| {row.rounds} | {row.note} |"
+            f"| {row.label} | {_ns(row.min_ns)} | {_ns(row.median_ns)} | {ratio} |{added}"
+            f" {row.rounds} | {row.note} |"
         )
     if base is not None and len(baselines) > 1:
         lines.append("")

@@ -1,0 +1,198 @@
+"""What ``instrument.auto`` adds: per module call, and to whole training steps.
+
+- ``module-call``: one ``nn.Identity`` call (grad off) with no hooks (the floor), with a
+  hand-written pair of forward pre/post hooks that read ``perf_counter_ns`` and append to a
+  dict (the baseline), with ``auto``'s hooks, and with Lightning's record-function hooks
+  (``RegisterRecordFunction``, what its PyTorchProfiler adds per module). The "added"
+  column of ``report_ratios.py`` compares the cost above the floor.
+- ``mlp-step`` and ``transformer-step``: a whole training step (forward, loss, backward,
+  optimizer step, zero_grad) uninstrumented (the baseline), under ``auto`` (reporting every
+  50 steps to no sink), under a running ``torch.profiler``, and under Lightning's
+  record-function hooks inside a running profiler (Lightning's PyTorchProfiler).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from time import perf_counter_ns
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import torch
+from torch import nn
+
+import instrument
+
+if TYPE_CHECKING:
+    from conftest import Measure
+
+CALLS = 1000  # module calls per round
+STEPS = 10  # training steps per round
+
+
+def lightning_hooks(model: nn.Module) -> AbstractContextManager[Any]:
+    profilers = pytest.importorskip("pytorch_lightning.profilers.pytorch")
+    return profilers.RegisterRecordFunction(model)  # type: ignore[no-any-return]
+
+
+def cpu_profiler() -> torch.profiler.profile:
+    return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+
+
+# -- one module call ----------------------------------------------------------------------
+
+
+def module_calls(module: nn.Module) -> Callable[[], None]:
+    x = torch.zeros(1)
+
+    def run() -> None:
+        with torch.no_grad():
+            for _ in range(CALLS):
+                module(x)
+
+    return run
+
+
+@pytest.mark.benchmark(group="module-call")
+class TestModuleCall:
+    def test_no_hooks(self, measure: Measure) -> None:
+        measure(module_calls(nn.Identity()), label="no hooks (floor)", inner=CALLS, floor=True)
+
+    def test_hand_written_hooks(self, measure: Measure) -> None:
+        module = nn.Identity()
+        starts: dict[nn.Module, int] = {}
+        times: dict[str, list[int]] = {"identity": []}
+
+        def pre(mod: nn.Module, args: Any) -> None:
+            starts[mod] = perf_counter_ns()
+
+        def post(mod: nn.Module, args: Any, out: Any) -> None:
+            times["identity"].append(perf_counter_ns() - starts[mod])
+
+        module.register_forward_pre_hook(pre)
+        module.register_forward_hook(post)
+        measure(
+            module_calls(module),
+            label="hand-written pre/post hooks",
+            setup=times["identity"].clear,
+            inner=CALLS,
+            baseline=True,
+        )
+
+    def test_instrument_auto(self, measure: Measure) -> None:
+        module = nn.Identity()
+        instrument.configure(clock="cpu")
+        handle = instrument.auto(module, every=None, sinks=[], collectives=False)
+        measure(
+            module_calls(module), label="instrument.auto", setup=handle.reporter.flush, inner=CALLS
+        )
+        handle.remove()
+
+    def test_lightning_record_function_hooks(self, measure: Measure) -> None:
+        model = nn.Sequential(nn.Identity())
+        with lightning_hooks(model):
+            measure(
+                module_calls(model[0]),
+                label="Lightning RegisterRecordFunction (no profiler running)",
+                inner=CALLS,
+            )
+
+
+# -- whole steps --------------------------------------------------------------------------
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab: int = 256, d: int = 64, layers: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        block = nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+Setup = tuple[nn.Module, torch.optim.Optimizer, Callable[[], None]]
+
+
+def mlp_setup() -> Setup:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+
+    def step() -> None:
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+    return model, opt, step
+
+
+def lm_setup() -> Setup:
+    torch.manual_seed(0)
+    model = TinyLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 256, (8, 32))
+
+    def step() -> None:
+        logits = model(tokens)
+        nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+        opt.step()
+        opt.zero_grad()
+
+    return model, opt, step
+
+
+SETUPS = {"mlp": mlp_setup, "transformer": lm_setup}
+
+
+def steps(
+    step: Callable[[], None], around: Callable[[], AbstractContextManager[Any]]
+) -> Callable[[], None]:
+    def run() -> None:
+        with around():
+            for _ in range(STEPS):
+                step()
+
+    return run
+
+
+@pytest.mark.parametrize("kind", ["mlp", "transformer"])
+class TestTrainingStep:
+    def _measure(
+        self, measure: Measure, kind: str, label: str, fn: Callable[[], None], **kw: Any
+    ) -> None:
+        rounds = 200 if kind == "mlp" else 40
+        measure(fn, label=label, inner=STEPS, rounds=rounds, warmup_rounds=5, **kw)
+
+    def test_uninstrumented(self, benchmark: Any, measure: Measure, kind: str) -> None:
+        benchmark.group = f"{kind}-step"
+        _model, _opt, step = SETUPS[kind]()
+        self._measure(measure, kind, "uninstrumented", steps(step, nullcontext), baseline=True)
+
+    def test_instrument_auto(self, benchmark: Any, measure: Measure, kind: str) -> None:
+        benchmark.group = f"{kind}-step"
+        model, opt, step = SETUPS[kind]()
+        instrument.configure(clock="cpu")
+        handle = instrument.auto(model, opt, every=50, sinks=[])
+        self._measure(measure, kind, "instrument.auto (every=50)", steps(step, nullcontext))
+        handle.remove()
+
+    def test_torch_profiler(self, benchmark: Any, measure: Measure, kind: str) -> None:
+        benchmark.group = f"{kind}-step"
+        _model, _opt, step = SETUPS[kind]()
+        self._measure(measure, kind, "torch.profiler (CPU activity)", steps(step, cpu_profiler))
+
+    def test_lightning_pytorch_profiler(self, benchmark: Any, measure: Measure, kind: str) -> None:
+        benchmark.group = f"{kind}-step"
+        model, _opt, step = SETUPS[kind]()
+        with lightning_hooks(model):
+            self._measure(
+                measure,
+                kind,
+                "Lightning record-function hooks + torch.profiler",
+                steps(step, cpu_profiler),
+            )

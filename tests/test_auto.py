@@ -1,0 +1,483 @@
+"""instrument.auto(): module, backward, optimizer and data regions on real models."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import instrument
+from instrument.hooks import modules as module_hooks
+from instrument.sinks import InMemory
+from instrument.testing import FakeClock, use_clock
+
+VOCAB = 64
+
+
+class TinyLM(nn.Module):
+    """A small transformer language model: embed → encoder (2 layers) → head."""
+
+    def __init__(self, d: int = 32, layers: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, d)
+        layer = nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+def mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def lm_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    logits = model(tokens)
+    return nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+
+
+def batches(n: int, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (4, 12), generator=gen) for _ in range(n)]
+
+
+@pytest.fixture
+def sink() -> InMemory:
+    return InMemory()
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, data: list[torch.Tensor]) -> None:
+    for tokens in data:
+        lm_loss(model, tokens).backward()
+        opt.step()
+        opt.zero_grad()
+
+
+# -- names and nesting --------------------------------------------------------------------
+
+
+def test_regions_nest_as_calls_with_container_indices_joined(sink: InMemory) -> None:
+    torch.manual_seed(0)
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = instrument.auto(model, opt, every=3, sinks=[sink], collectives=False)
+    train(model, opt, batches(3))
+    report = sink.last
+    paths = set(report.paths())
+    assert {"forward", "forward/embed", "forward/encoder", "forward/head"} <= paths
+    assert "forward/encoder/layers.0/self_attn" in paths
+    assert "forward/encoder/layers.1/linear2" in paths
+    assert not any(p.endswith("/layers") or "/0/" in p for p in paths)  # ModuleList never runs
+    assert {"backward", "optimizer", "zero_grad"} <= paths
+    assert report.steps == 3
+    assert report["forward/encoder/layers.0"].count == 3
+    assert "step (3 steps)" in report.render()
+    handle.remove()
+
+
+def test_sequential_children_are_named_by_index() -> None:
+    targets = module_hooks.plan(mlp())
+    assert [t.name for t in targets] == ["forward", "0", "1", "2"]
+
+
+def test_depth_include_exclude_select_modules() -> None:
+    model = TinyLM()
+    names = [t.name for t in module_hooks.plan(model, depth=0)]
+    assert names == ["forward"]
+    names = [t.name for t in module_hooks.plan(model, depth=1)]
+    assert names == ["forward", "embed", "encoder", "head"]
+    names = [t.name for t in module_hooks.plan(model, depth=2)]
+    assert names == ["forward", "embed", "encoder", "layers.0", "layers.1", "head"]
+
+    included = module_hooks.plan(model, include=["encoder.layers.1"])
+    assert [t.name for t in included][:2] == ["forward", "encoder.layers.1"]
+    assert all(t.qualname.startswith("encoder.layers.1") for t in included[1:])
+
+    quals = [t.qualname for t in module_hooks.plan(model, exclude=["*dropout*", "head"])]
+    assert "head" not in quals
+    assert not any("dropout" in q for q in quals)
+    assert "encoder.layers.0.linear1" in quals
+
+    by_type = [t.qualname for t in module_hooks.plan(model, exclude=nn.Dropout)]
+    assert not any("dropout" in q for q in by_type)
+    # excluding a module takes what is below it too; its children are not re-parented
+    quals = [t.qualname for t in module_hooks.plan(model, exclude="encoder")]
+    assert not any(q.startswith("encoder") for q in quals)
+
+
+def test_excluded_parent_children_named_relative_to_timed_ancestor(sink: InMemory) -> None:
+    model = TinyLM()
+    targets = module_hooks.plan(model, include=["encoder.layers.*"])
+    assert targets[1].name == "encoder.layers.0"
+    with instrument.auto(model, include="encoder.layers.*", sinks=[sink], collectives=False):
+        model(batches(1)[0])
+    assert "forward/encoder.layers.0/self_attn" in sink.last
+
+
+def test_shared_module_is_timed_once() -> None:
+    shared = nn.Linear(4, 4)
+
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = shared
+            self.b = shared
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    assert [t.name for t in module_hooks.plan(Twice())] == ["forward", "a"]
+
+
+def test_data_parallel_wrapper_is_transparent(sink: InMemory) -> None:
+    model = nn.DataParallel(mlp())  # no GPU: DataParallel just calls the module
+    assert [t.qualname for t in module_hooks.plan(model)] == ["", "0", "1", "2"]
+    with instrument.auto(model, sinks=[sink], collectives=False):
+        model(torch.randn(2, 8))
+    assert set(sink.last.paths()) == {"forward", "forward/0", "forward/1", "forward/2"}
+
+
+def test_bad_arguments_get_clear_errors() -> None:
+    with pytest.raises(TypeError, match=r"needs an nn\.Module"):
+        instrument.auto("model")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"torch\.optim\.Optimizer"):
+        instrument.auto(mlp(), "adam")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown backward 'yes'"):
+        instrument.auto(mlp(), backward="yes")
+    with pytest.raises(TypeError, match="include entries"):
+        instrument.auto(mlp(), include=[3])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="level must be an int"):
+        instrument.auto(mlp(), depth=-1)
+    with pytest.raises(ValueError, match="unknown clock"):
+        instrument.auto(mlp(), clock="gpu")
+    with pytest.raises(ValueError, match="not both"):
+        instrument.auto(mlp(), reporter=instrument.Reporter(every=None), sinks=[])
+
+
+# -- the step line, (other), exact times with a fake clock ----------------------------------
+
+
+class Busy(nn.Module):
+    """Advances a fake clock by ``seconds`` per call, then calls its children."""
+
+    def __init__(self, clock: FakeClock, seconds: float, *children: nn.Module) -> None:
+        super().__init__()
+        self.clock = clock
+        self.seconds = seconds
+        self.inner = nn.ModuleList(children)
+        self.weight = nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.advance(self.seconds)
+        for child in self.inner:
+            x = child(x)
+        return x * self.weight
+
+
+def test_step_line_other_and_self_times_add_up(sink: InMemory) -> None:
+    clock = FakeClock()
+    with use_clock(clock):
+        model = Busy(clock, 0.010, Busy(clock, 0.020), Busy(clock, 0.030))
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        handle = instrument.auto(model, opt, every=2, sinks=[sink], collectives=False)
+        for _ in range(2):
+            clock.advance(0.005)  # outside every region: (other)
+            model(torch.ones(1)).sum().backward()
+            opt.step()
+        handle.remove()
+    report = sink.reports[0]
+    assert report.steps == 2
+    assert report.step_time is not None
+    assert report.step_time.total == pytest.approx(0.065)  # per step
+    assert report["forward"].total == pytest.approx(0.060)
+    assert report["forward"].self == pytest.approx(0.010)
+    assert report["forward/inner.0"].total == pytest.approx(0.020)
+    assert report["forward/inner.1"].total == pytest.approx(0.030)
+    assert report.other == pytest.approx(0.005)
+    text = report.render()
+    assert "(other)" in text
+    assert "step (2 steps)" in text
+
+
+# -- exceptions ---------------------------------------------------------------------------
+
+
+class Boom(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("boom inside forward")
+
+
+def test_exception_in_a_module_propagates_and_closes_regions(sink: InMemory) -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(Boom()))
+    with instrument.auto(model, sinks=[sink], collectives=False) as handle:
+        with pytest.raises(ValueError, match="boom inside forward"):
+            model(torch.ones(1, 2))
+        assert instrument.current_path() == ""
+        report = handle.reporter.flush()
+    assert report["forward/1/0"].count == 1
+    assert report["forward/1"].count == 1
+    assert report["forward"].count == 1
+
+
+# -- backward -----------------------------------------------------------------------------
+
+
+def test_backward_modules_nest_under_backward(sink: InMemory) -> None:
+    torch.manual_seed(0)
+    model = TinyLM()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: "no inputs require gradients"
+        with instrument.auto(model, backward="modules", sinks=[sink], collectives=False) as h:
+            lm_loss(model, batches(1)[0]).backward()
+            report = h.reporter.flush()
+    assert report["backward"].count == 1
+    assert "backward/encoder/layers.0/self_attn" in report
+    assert "backward/head" in report
+    assert "backward/forward" not in report  # the root's backward is the backward region
+    assert not any(p.startswith(("encoder", "head")) for p in report.paths())
+
+
+def test_tensor_backward_and_autograd_backward_are_timed_once_each(sink: InMemory) -> None:
+    model = mlp()
+    with instrument.auto(model, sinks=[sink], collectives=False) as h:
+        model(torch.randn(2, 8)).sum().backward()
+        torch.autograd.backward(model(torch.randn(2, 8)).sum())
+        report = h.reporter.flush()
+    assert report["backward"].count == 2
+    assert "backward/backward" not in report
+
+
+# -- optimizer ----------------------------------------------------------------------------
+
+
+def test_gradient_accumulation_reports_per_optimizer_step(sink: InMemory) -> None:
+    torch.manual_seed(0)
+    model = TinyLM()
+    opt = torch.optim.AdamW(model.parameters())
+    with instrument.auto(model, opt, every=2, sinks=[sink], collectives=False):
+        for i, tokens in enumerate(batches(8)):
+            (lm_loss(model, tokens) / 4).backward()
+            if i % 4 == 3:
+                opt.step()
+                opt.zero_grad()
+    report = sink.reports[0]
+    assert report.steps == 2
+    assert report["forward"].count == 8
+    assert report["backward"].count == 8
+    assert report["optimizer"].count == 2
+
+
+def test_several_optimizers_tick_once_per_iteration(sink: InMemory) -> None:
+    model = mlp()
+    first = torch.optim.SGD(model[0].parameters(), lr=0.1)
+    second = torch.optim.Adam(model[2].parameters())
+    with instrument.auto(model, [first, second], every=3, sinks=[sink], collectives=False):
+        for _ in range(3):
+            model(torch.randn(2, 8)).sum().backward()
+            first.step()
+            second.step()
+    report = sink.reports[0]
+    assert report.steps == 3
+    assert report["optimizer"].count == 6
+
+
+def test_grad_scaler_skipped_step_still_ends_the_iteration(sink: InMemory) -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    with instrument.auto(model, opt, every=3, sinks=[sink], collectives=False) as handle:
+        for i in range(3):
+            loss = model(torch.randn(2, 8)).sum()
+            scaler.scale(loss).backward()
+            if i == 1:
+                next(model.parameters()).grad.fill_(float("inf"))  # type: ignore[union-attr]
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        assert handle.skipped_steps == 1
+    report = sink.reports[0]
+    assert report.steps == 3
+    assert report["optimizer"].count == 3
+    assert "optimizer/optimizer" not in report
+
+
+def test_zero_grad_is_timed_and_restored() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with instrument.auto(model, opt, every=None, collectives=False) as handle:
+        opt.zero_grad()
+        assert handle.reporter.flush()["zero_grad"].count == 1
+    assert "zero_grad" not in vars(opt)
+
+
+# -- data ---------------------------------------------------------------------------------
+
+
+def test_dataloader_with_workers_is_timed_in_place(sink: InMemory) -> None:
+    dataset = torch.utils.data.TensorDataset(torch.arange(24.0).reshape(12, 2))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=3, num_workers=2)
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with instrument.auto(
+        model, opt, every=None, dataloader=loader, sinks=[sink], collectives=False
+    ):
+        assert isinstance(loader, torch.utils.data.DataLoader)
+        seen = 0
+        for (x,) in loader:
+            model(x).sum().backward()
+            opt.step()
+            seen += len(x)
+    assert seen == 12
+    assert sink.last["data"].count == 4  # the end of the data is not a batch
+    assert type(loader) is torch.utils.data.DataLoader
+
+
+def test_data_wraps_any_iterable() -> None:
+    reporter = instrument.Reporter(every=None)
+    assert list(instrument.data(iter(range(3)))) == [0, 1, 2]
+    wrapped = instrument.data([1, 2], name="batches")
+    assert len(wrapped) == 2  # type: ignore[arg-type]
+    assert list(wrapped) == [1, 2]
+    report = reporter.flush()
+    assert report["data"].count == 3
+    assert report["batches"].count == 2
+
+
+def test_a_generator_cannot_be_timed_in_place() -> None:
+    with pytest.raises(TypeError, match=r"instrument\.data"):
+        instrument.auto(mlp(), dataloader=(i for i in range(3)), collectives=False)
+
+
+# -- numerics, autocast, undo -------------------------------------------------------------
+
+
+def run_training(instrumented: bool, autocast: bool = False) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    model = TinyLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    handle = (
+        instrument.auto(model, opt, every=2, sinks=[], collectives=False) if instrumented else None
+    )
+    for tokens in batches(4):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = lm_loss(model, tokens)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    if handle is not None:
+        handle.remove()
+    return copy.deepcopy(model.state_dict())
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_results_are_bit_identical_with_and_without_instrument(autocast: bool) -> None:
+    plain = run_training(False, autocast)
+    timed = run_training(True, autocast)
+    assert plain.keys() == timed.keys()
+    for key in plain:
+        assert torch.equal(plain[key], timed[key]), key
+
+
+def hook_counts(model: nn.Module) -> list[int]:
+    return [
+        len(m._forward_hooks)
+        + len(m._forward_pre_hooks)
+        + len(m._backward_hooks)
+        + len(m._backward_pre_hooks)
+        for m in model.modules()
+    ]
+
+
+def test_remove_leaves_no_hook_anywhere() -> None:
+    model = TinyLM()
+    opt = torch.optim.AdamW(model.parameters())
+    loader = torch.utils.data.DataLoader(batches(2), batch_size=None)
+    originals = (torch.autograd.backward, vars(torch.amp.GradScaler)["step"])
+    handle = instrument.auto(model, opt, dataloader=loader, backward="modules")
+    assert sum(hook_counts(model)) > 0
+    assert torch.autograd.backward is not originals[0]
+    handle.remove()
+    handle.remove()  # idempotent
+    assert sum(hook_counts(model)) == 0
+    assert not opt._optimizer_step_pre_hooks
+    assert not opt._optimizer_step_post_hooks
+    assert "zero_grad" not in vars(opt)
+    assert (torch.autograd.backward, vars(torch.amp.GradScaler)["step"]) == originals
+    assert type(loader) is torch.utils.data.DataLoader
+    assert torch.distributed.all_reduce is torch.distributed.distributed_c10d.all_reduce
+
+
+def test_auto_twice_on_one_model_raises_until_removed() -> None:
+    model = mlp()
+    first = instrument.auto(model, collectives=False)
+    with pytest.raises(RuntimeError, match="already installed"):
+        instrument.auto(model, collectives=False)
+    first.remove()
+    with instrument.auto(model, collectives=False) as second:
+        assert not second.removed
+    assert second.removed
+
+
+def test_own_reporter_is_used_and_not_closed(sink: InMemory) -> None:
+    reporter = instrument.Reporter(every=None, sinks=[sink])
+    model = mlp()
+    with instrument.auto(model, reporter=reporter, collectives=False) as handle:
+        assert handle.reporter is reporter
+        model(torch.randn(1, 8))
+    assert not reporter.closed
+    assert reporter.flush()["forward"].count == 1
+
+
+# -- torch.compile ------------------------------------------------------------------------
+
+
+def test_compiled_model_is_one_region(sink: InMemory) -> None:
+    model = mlp()
+    compiled = torch.compile(model, backend="eager")
+    assert [t.name for t in module_hooks.plan(compiled)] == ["forward"]
+    with instrument.auto(compiled, sinks=[sink], collectives=False) as handle:
+        for _ in range(2):
+            compiled(torch.randn(2, 8))
+        report = handle.reporter.flush()
+    assert report.paths() == ("forward",)
+    assert report["forward"].count == 2
+
+
+def test_compiling_after_auto_adds_no_graph_break(sink: InMemory) -> None:
+    torch._dynamo.reset()
+    model = TinyLM()
+    x = batches(1)[0]
+    with instrument.auto(model, sinks=[sink], collectives=False) as handle:
+        compiled = torch.compile(model, backend="eager", fullgraph=True)  # raises on a break
+        out = compiled(x)
+        report = handle.reporter.flush()
+    assert torch.equal(out, model(x))
+    assert "forward/encoder" not in report  # nothing is timed inside the compiled graph
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(8, 16)
+        self.down = nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_module_compiled_in_place_is_timed_from_outside(sink: InMemory) -> None:
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 8), MLP())
+    model[1].compile(backend="eager", fullgraph=True)
+    with instrument.auto(model, sinks=[sink], collectives=False) as handle:
+        model(torch.randn(2, 8))
+        model(torch.randn(2, 8))
+        report = handle.reporter.flush()
+    assert report["forward/1"].count == 2
+    assert "forward/1/up" not in report
+    assert model[1]._compiled_call_impl is not None
+    assert model[1]._compiled_call_impl.__name__ != "call"  # restored

@@ -1,0 +1,101 @@
+"""instrument.auto on a GPU: device times, no host sync in the hot path, autograd threads."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import instrument
+from instrument.sinks import InMemory
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+class LM(nn.Module):
+    def __init__(self, vocab: int = 512, d: int = 128, layers: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        block = nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+def step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor) -> None:
+    logits = model(tokens)
+    nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def setup() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]:
+    torch.manual_seed(0)
+    model = LM().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    tokens = torch.randint(0, 512, (8, 64), device="cuda")
+    step(model, opt, tokens)  # warm up (lazy optimizer state, cuBLAS handles)
+    torch.cuda.synchronize()
+    return model, opt, tokens
+
+
+def test_auto_never_synchronizes_in_training_steps() -> None:
+    model, opt, tokens = setup()
+    sink = InMemory()
+    with instrument.auto(model, opt, every=None, sinks=[sink]) as handle:
+        instrument.configure(clock="cuda")
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(3):
+                step(model, opt, tokens)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        report = handle.reporter.flush()
+    assert report.steps == 3
+    forward = report["forward"]
+    assert forward.device is not None
+    assert forward.clock == "cuda"
+    assert report["forward/encoder/layers.0/self_attn"].device is not None
+    assert report["backward"].device is not None
+    assert report["optimizer"].count == 3
+
+
+def test_backward_modules_attach_to_backward_from_autograd_threads() -> None:
+    model, opt, tokens = setup()
+    sink = InMemory()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with instrument.auto(model, opt, every=None, sinks=[sink], backward="modules") as h:
+            for _ in range(2):
+                step(model, opt, tokens)
+            report = h.reporter.flush()
+    paths = report.paths()
+    assert "backward/encoder/layers.0/self_attn" in paths
+    assert "backward/head" in paths
+    # nothing floats as a separate root from autograd's device thread
+    assert all(p.split("/")[0] in {"forward", "backward", "optimizer", "zero_grad"} for p in paths)
+    assert report["backward/encoder"].count == 2
+
+
+def test_results_match_uninstrumented_on_gpu() -> None:
+    def train(instrumented: bool) -> list[torch.Tensor]:
+        model, opt, tokens = setup()
+        handle = instrument.auto(model, opt, sinks=[]) if instrumented else None
+        for _ in range(3):
+            step(model, opt, tokens)
+        if handle is not None:
+            handle.remove()
+        return [p.detach().clone() for p in model.parameters()]
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):  # deterministic backward, so results compare exactly
+        plain, timed = train(False), train(True)
+    assert all(torch.equal(a, b) for a, b in zip(plain, timed, strict=True))
