@@ -227,7 +227,10 @@ def collect() -> list[Collected]:
     device = _resolve(batch)
     return [
         Collected(
-            node, host[node] if node in host else Accumulator(), device.get(node), moved.get(node, 0)
+            node,
+            host[node] if node in host else Accumulator(),
+            device.get(node),
+            moved.get(node, 0),
         )
         for node in nodes
         if node in host or node in device

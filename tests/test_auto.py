@@ -305,6 +305,23 @@ def test_grad_scaler_skipped_step_still_ends_the_iteration(sink: InMemory) -> No
     assert "optimizer/optimizer" not in report
 
 
+def test_the_step_after_one_that_raised_closes_its_region(sink: InMemory) -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def closure() -> torch.Tensor:
+        raise RuntimeError("closure failed")
+
+    with instrument.auto(model, opt, every=None, sinks=[sink], collectives=False) as handle:
+        with pytest.raises(RuntimeError, match="closure failed"):
+            opt.step(closure)
+        opt.step()  # the step hooks cannot see the exception: the next step drops its region
+        assert instrument.current_path() == ""
+        report = handle.reporter.flush()
+    assert report["optimizer"].count == 1
+    assert "optimizer/optimizer" not in report
+
+
 def test_zero_grad_is_timed_and_restored() -> None:
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

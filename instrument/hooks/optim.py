@@ -17,7 +17,7 @@ import torch
 import wrapt
 
 from instrument.hooks import patches
-from instrument.region import _get, decorate, region_for
+from instrument.region import _get, abandon, decorate, region_for
 
 compiling = torch.compiler.is_compiling
 
@@ -81,8 +81,11 @@ class OptimizerHooks:
             self._undo.append(patches.patch(torch.amp.GradScaler, "step", _make_scaler_step))
 
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self._scaled and not compiling():
-            self._region.__enter__()
+        if self._scaled or compiling():
+            return
+        if _get()[3] is self._region:  # a step that raised never ran its post hook
+            abandon(self._region)
+        self._region.__enter__()
 
     def _post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._scaled:

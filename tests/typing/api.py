@@ -15,7 +15,7 @@ import asyncio
 import io
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 import instrument
@@ -229,6 +229,27 @@ def on_report(report: instrument.Report) -> None:
     assert isinstance(report.index, int)
 
 
+def check_auto() -> None:
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = instrument.auto(
+        model, optimizer, every=None, depth=1, exclude=[nn.ReLU, "*.dropout"], sinks=[]
+    )
+    assert_type(handle, instrument.AutoHandle)
+    assert_type(handle.reporter, instrument.Reporter)
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    assert handle.reporter.flush()["forward"].count == 1
+    handle.remove()
+    with instrument.auto(model, [optimizer], backward="modules", collectives=False) as scoped:
+        assert_type(scoped.skipped_steps, int)
+    batches: Iterable[int] = instrument.data([1, 2, 3], name="batches")
+    assert list(batches) == [1, 2, 3]
+
+
 def check_reporter() -> None:
     memory = instrument.sinks.InMemory()
     stream = io.StringIO()
@@ -382,6 +403,7 @@ def misuse_rejected_by_mypy(report: instrument.Report, node: instrument.Node) ->
     instrument.timer(3)  # type: ignore[arg-type]
     instrument.Reporter(every="50")  # type: ignore[arg-type]
     instrument.configure(level="debug")  # type: ignore[arg-type]
+    instrument.auto(Model(), "adam")  # type: ignore[arg-type]
     count: str = node.count  # type: ignore[assignment]
     node.total = 1.0  # type: ignore[misc]
     report[0]  # type: ignore[index]
@@ -417,6 +439,7 @@ def main() -> None:
     """Run every check once, from a clean state."""
     reset()
     for check in (
+        check_auto,
         check_context_manager,
         check_named_decorator,
         check_bare_and_optioned_decorators,
