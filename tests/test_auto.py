@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+from models import TinyLM, lm_loss
 from torch import nn
 
 import instrument
@@ -17,27 +18,8 @@ from instrument.testing import FakeClock, use_clock
 VOCAB = 64
 
 
-class TinyLM(nn.Module):
-    """A small transformer language model: embed → encoder (2 layers) → head."""
-
-    def __init__(self, d: int = 32, layers: int = 2) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(VOCAB, d)
-        layer = nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(d, VOCAB)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.embed(tokens)))
-
-
 def mlp() -> nn.Sequential:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-
-
-def lm_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    logits = model(tokens)
-    return nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
 
 
 def batches(n: int, seed: int = 0) -> list[torch.Tensor]:

@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from models import TinyLM
 from torch import nn
 
 import instrument
@@ -17,18 +18,6 @@ pytestmark = [
 ]
 
 
-class LM(nn.Module):
-    def __init__(self, vocab: int = 512, d: int = 128, layers: int = 2) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, d)
-        block = nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.embed(tokens)))
-
-
 def step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor) -> None:
     logits = model(tokens)
     nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
@@ -38,7 +27,7 @@ def step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor) -> 
 
 def setup() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]:
     torch.manual_seed(0)
-    model = LM().cuda()
+    model = TinyLM(vocab=512, d=128).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     tokens = torch.randint(0, 512, (8, 64), device="cuda")
     step(model, opt, tokens)  # warm up (lazy optimizer state, cuBLAS handles)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
+from models import TinyLM
 from torch import nn
 
 import instrument
@@ -102,18 +103,6 @@ class TestModuleCall:
 # -- whole steps --------------------------------------------------------------------------
 
 
-class TinyLM(nn.Module):
-    def __init__(self, vocab: int = 256, d: int = 64, layers: int = 4) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, d)
-        block = nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.embed(tokens)))
-
-
 Setup = tuple[nn.Module, torch.optim.Optimizer, Callable[[], None]]
 
 
@@ -133,7 +122,7 @@ def mlp_setup() -> Setup:
 
 def lm_setup() -> Setup:
     torch.manual_seed(0)
-    model = TinyLM()
+    model = TinyLM(vocab=256, d=64, layers=4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, 256, (8, 32))
 
