@@ -268,10 +268,16 @@ def clear() -> None:
         _pending_retired, _pending_retired_len = None, 0
 
 
+#: CUDA objects a forked child inherited: kept, never destroyed there (destroying a CUDA
+#: event in a forked child aborts the process), and never used.
+_inherited: list[object] = []
+
+
 def _after_fork_in_child() -> None:
     """A forked child (a DataLoader worker, say) starts with nothing recorded."""
     global _lock
     _lock = threading.Lock()  # the parent may have held it while forking
+    _inherited.extend((clocks.events._free, pending, _pending_retired))
     clocks.events.clear()
     clear()
 

@@ -88,3 +88,19 @@ def test_results_match_uninstrumented_on_gpu() -> None:
     with sdpa_kernel(SDPBackend.MATH):  # deterministic backward, so results compare exactly
         plain, timed = train(False), train(True)
     assert all(torch.equal(a, b) for a, b in zip(plain, timed, strict=True))
+
+
+def test_forked_dataloader_workers_survive_inherited_cuda_events() -> None:
+    reporter = instrument.Reporter(every=None, sinks=[])
+    instrument.configure(clock="cuda")
+    with instrument.timed("x"):
+        torch.ones(1, device="cuda")
+    reporter.flush()  # the pool now holds free events
+    with instrument.timed("y"):
+        torch.ones(1, device="cuda")  # and these are pending
+    dataset = torch.utils.data.TensorDataset(torch.arange(8.0))
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=2, num_workers=2, multiprocessing_context="fork"
+    )
+    assert sum(len(batch) for (batch,) in loader) == 8  # workers did not abort
+    assert reporter.flush()["y"].device is not None
