@@ -52,7 +52,7 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
 
     def add(node: Node, parent: str, prefix: str, last: bool, parent_total: float | None) -> None:
         branch = (elbow if last else tee) if prefix is not None else ""
-        suffix = " (async)" if node.concurrent else ""
+        suffix = " (async)" if node.concurrent and not node.path.endswith("(async)") else ""
         out.append(
             Row(
                 label=f"{prefix or ''}{branch}{_label_name(node, parent)}{suffix}",

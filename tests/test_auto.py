@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import warnings
 
 import pytest
@@ -398,16 +399,33 @@ def test_remove_leaves_no_hook_anywhere() -> None:
     originals = (torch.autograd.backward, vars(torch.amp.GradScaler)["step"])
     handle = instrument.auto(model, opt, dataloader=loader, backward="modules")
     assert sum(hook_counts(model)) > 0
+    assert all("forward" in vars(m) for m in model.modules() if not isinstance(m, nn.ModuleList))
     assert torch.autograd.backward is not originals[0]
     handle.remove()
     handle.remove()  # idempotent
     assert sum(hook_counts(model)) == 0
+    assert not any("forward" in vars(m) for m in model.modules())
     assert not opt._optimizer_step_pre_hooks
     assert not opt._optimizer_step_post_hooks
     assert "zero_grad" not in vars(opt)
     assert (torch.autograd.backward, vars(torch.amp.GradScaler)["step"]) == originals
     assert type(loader) is torch.utils.data.DataLoader
     assert torch.distributed.all_reduce is torch.distributed.distributed_c10d.all_reduce
+
+
+def test_signature_and_deepcopy_see_the_real_forward(sink: InMemory) -> None:
+    torch.manual_seed(0)
+    model = TinyLM()
+    tokens = batches(1)[0]
+    with instrument.auto(model, sinks=[sink], collectives=False) as handle:
+        assert list(inspect.signature(model.forward).parameters) == ["tokens"]
+        ema = copy.deepcopy(model)  # an EMA copy made while instrumented
+        with torch.no_grad():
+            for p in ema.parameters():
+                p.mul_(0.5)
+        assert not torch.equal(ema(tokens), model(tokens))  # the copy runs its own weights
+        report = handle.reporter.flush()
+    assert report["forward"].count == 2  # the copy's forward is timed too, under its names
 
 
 def test_auto_twice_on_one_model_raises_until_removed() -> None:

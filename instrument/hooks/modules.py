@@ -7,15 +7,20 @@ index to its own name (``layers.0``), and regions nest as the calls nest
 DataParallel, FSDP (v1), activation checkpointing, ``torch.compile`` — are timed in place of
 the module they hold, and their attribute (``module.``, ``_orig_mod.``, ...) never shows.
 
-Timing uses PyTorch's forward pre-hook and forward hook (registered with
-``always_call=True``, so a forward that raises still closes its region). Each hook first asks
-``torch.compiler.is_compiling()``: inside a graph being compiled it does nothing, which keeps
-Dynamo free of graph breaks. A compiled module is timed from outside as one region.
+A module's ``forward`` is timed by a method put on the instance (``remove()`` takes it off):
+``nn.Module.__call__`` then keeps its no-hook fast path, where a pair of forward hooks
+would cost PyTorch's hook machinery on every call (measured in docs/performance.md); an
+exception inside ``forward`` still closes the region. Per-module backward uses PyTorch's
+full backward hooks. Every wrapper and hook first asks ``torch.compiler.is_compiling()``:
+inside a graph being compiled it does nothing, which keeps Dynamo free of graph breaks. A
+compiled module is timed from outside as one region.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
+import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -177,16 +182,31 @@ class ModuleHooks:
                 self._time_backward(target.module, region)
 
     def _time_forward(self, module: nn.Module, region: Region) -> None:
-        def enter(mod: nn.Module, args: Any) -> None:
-            if not compiling():
-                region.__enter__()
+        """Put a timed ``forward`` on the instance: ``nn.Module.__call__`` then keeps its
+        no-hook fast path (PyTorch's hook machinery alone costs several µs per call). It is
+        a method bound to the module, so ``copy.deepcopy`` (an EMA copy) rebinds it."""
+        own = module.__dict__.get("forward")
+        call = own if own is not None else type(module).forward
+        bound_own = own is not None
 
-        def leave(mod: nn.Module, args: Any, output: Any) -> None:
-            if not compiling():
-                region.__exit__(None, None, None)
+        @functools.wraps(call)
+        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
+            with region:
+                return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
 
-        self._handles.append(module.register_forward_pre_hook(enter))
-        self._handles.append(module.register_forward_hook(leave, always_call=True))
+        timed = types.MethodType(forward, module)
+        module.__dict__["forward"] = timed
+
+        def restore() -> None:
+            if module.__dict__.get("forward") is timed:
+                if bound_own:
+                    module.__dict__["forward"] = own
+                else:
+                    del module.__dict__["forward"]
+
+        self._restore.append(restore)
 
     def _time_compiled_in_place(self, module: nn.Module, region: Region) -> None:
         """``module.compile()`` compiles the hooks too: time its compiled call from outside."""

@@ -140,10 +140,38 @@ def header(data: dict[str, Any]) -> str:
     return f"Benchmarks of {data.get('datetime', '?')}: " + ", ".join(parts)
 
 
+def paired_table(data: dict[str, Any]) -> str | None:
+    """Benchmarks that measured a paired ratio themselves (``extra_info["paired_median"]``)."""
+    lines = []
+    for bench in data.get("benchmarks", []):
+        extra = bench.get("extra_info", {})
+        if "paired_median" in extra:
+            lines.append(
+                f"| {extra.get('label', bench['name'])} | {_ns(extra['base_min_ns'])} "
+                f"| {extra['paired_median']:.3f} | {extra['paired_min_ratio']:.3f} "
+                f"| {extra.get('note', '')} |"
+            )
+    if not lines:
+        return None
+    head = [
+        "### paired ratios",
+        "",
+        "| comparison | uninstrumented ns/step (min) | ratio (median of rounds) "
+        "| ratio of mins | note |",
+        "|---|---:|---:|---:|---|",
+    ]
+    return "\n".join(head + lines)
+
+
 def render(data: dict[str, Any]) -> str:
-    """The whole report: a header line and one table per group."""
-    groups = group_rows(load_rows(data))
-    return "\n\n".join([header(data), *(table(g, rows) for g, rows in groups.items())]) + "\n"
+    """The whole report: a header line and one table per group (paired ratios last)."""
+    rows = [r for r in load_rows(data) if r.group != "paired-step"]
+    groups = group_rows(rows)
+    parts = [header(data), *(table(g, rows) for g, rows in groups.items())]
+    paired = paired_table(data)
+    if paired is not None:
+        parts.append(paired)
+    return "\n\n".join(parts) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
