@@ -57,9 +57,9 @@ class Target:
 
 def held_module(module: nn.Module) -> nn.Module | None:
     """The module a transparent wrapper holds (DDP's ``module``, ``_orig_mod``, ...), or None."""
-    for attr, types in _HOLDERS:
+    for attr, wrappers in _HOLDERS:
         inner = module._modules.get(attr)
-        if inner is not None and (types is None or isinstance(module, types)):
+        if inner is not None and (wrappers is None or isinstance(module, wrappers)):
             return inner
     return None
 
