@@ -35,9 +35,19 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
+def in_bad_fork() -> bool:
+    """True in a process forked after its parent initialised CUDA (a DataLoader worker, say):
+    CUDA cannot be used there, so every region runs on the host clock."""
+    return bool(torch.cuda._is_in_bad_fork())
+
+
 def cuda_ready() -> bool:
     """True when CUDA is available *and* already initialised in this process."""
-    return torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    return (
+        torch.cuda.is_available()
+        and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        and not in_bad_fork()
+    )
 
 
 def check_clock(clock: object) -> None:
@@ -67,6 +77,8 @@ def resolve(clock: object, *, warn: bool = True) -> tuple[str, Callable[[], int]
         return "cpu", clock.now_ns  # type: ignore[attr-defined]
     if clock == "auto":
         return ("cuda" if cuda_ready() else "cpu"), time.perf_counter_ns
+    if clock in ("cuda", "sync") and in_bad_fork():
+        return "cpu", time.perf_counter_ns
     if clock in ("cuda", "sync") and not torch.cuda.is_available():
         if warn:
             _warn_once(

@@ -6,6 +6,8 @@ Each change is resolved once, here, and pushed into the live regions (see
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import Any
 
@@ -70,3 +72,15 @@ def disable() -> None:
 def is_enabled() -> bool:
     """True unless :func:`disable` is in force."""
     return _state.enabled
+
+
+def _after_fork_in_child() -> None:
+    """A child forked after its parent initialised CUDA cannot record CUDA events: every
+    region there (explicit "cuda" and "sync" ones too) switches to the host clock."""
+    if clocks.in_bad_fork():
+        region._lock = threading.Lock()  # the parent may have held it while forking
+        _state.mode = "cpu"
+        region.apply_all()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

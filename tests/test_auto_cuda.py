@@ -104,3 +104,25 @@ def test_forked_dataloader_workers_survive_inherited_cuda_events() -> None:
     )
     assert sum(len(batch) for (batch,) in loader) == 8  # workers did not abort
     assert reporter.flush()["y"].device is not None
+
+
+def test_regions_in_a_forked_child_use_the_host_clock() -> None:
+    import os
+
+    instrument.configure(clock="cuda")
+    torch.ones(1, device="cuda")  # CUDA initialised in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: CUDA is unusable here
+        try:
+            with instrument.timed("child"), instrument.timed("explicit", clock="cuda"):
+                pass
+            report = instrument.Reporter(every=None).flush()
+            os.write(write, f"{report.paths()} {report['child'].clock}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    assert said == "('child', 'child/explicit') cpu"
