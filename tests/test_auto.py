@@ -498,3 +498,24 @@ def test_module_compiled_in_place_is_timed_from_outside(sink: InMemory) -> None:
     assert "forward/1/up" not in report
     assert model[1]._compiled_call_impl is not None
     assert model[1]._compiled_call_impl.__name__ != "call"  # restored
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_inductor_compiled_model_trains_under_auto(sink: InMemory) -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiled = torch.compile(model, fullgraph=True)  # the default backend, inductor
+    x = torch.randn(4, 8)
+    with instrument.auto(compiled, opt, every=None, sinks=[sink]) as handle:
+        for _ in range(2):
+            compiled(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        report = handle.reporter.flush()
+    assert set(report.paths()) == {"forward", "backward", "optimizer", "zero_grad"}
+    assert report["forward"].count == 2
+    assert report.steps == 2
+    torch.testing.assert_close(compiled(x), model(x))
