@@ -2,7 +2,8 @@
 
 One line — ``instrument.auto(model, optimizer, dataloader=loader)`` — and every ``--every``
 optimizer steps a tree shows where the steps' time went: data, forward (down to each
-attention block), backward, optimizer, zero_grad, and (other).
+attention block), backward, optimizer, zero_grad, and (other); above it, samples/s,
+tokens/s, TFLOP/s (MFU on a known GPU) and memory.
 
 python examples/train_lm.py [--steps 30] [--every 10] [--device cpu|cuda] [--backward-modules]
 """
@@ -81,9 +82,11 @@ def main() -> None:
         every=args.every,
         dataloader=loader,
         backward="modules" if args.backward_modules else True,
+        flops_per_step="auto",  # counted once, on the second step: TFLOP/s and MFU
     )
     for batch in loader:
         batch = batch.to(device, non_blocking=True)
+        instrument.count(samples=batch.shape[0], tokens=batch[:, :-1].numel())
         logits = model(batch[:, :-1])
         loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
         loss.backward()

@@ -11,8 +11,9 @@ from instrument.config import configure, disable, enable, is_enabled
 from instrument.hooks.data import data
 from instrument.region import Region, Timer, current_path, timed, timer
 from instrument.report import Node, Report
-from instrument.reporter import Reporter, step
+from instrument.reporter import Reporter, count, step
 from instrument.stats import Stats
+from instrument.throughput import Throughput
 
 __version__ = "0.1.0.dev0"
 
@@ -24,10 +25,12 @@ __all__ = [
     "Report",
     "Reporter",
     "Stats",
+    "Throughput",
     "Timer",
     "__version__",
     "auto",
     "configure",
+    "count",
     "current_path",
     "data",
     "disable",

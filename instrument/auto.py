@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
@@ -10,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from instrument import clocks, config
+from instrument import clocks, config, throughput
 from instrument.hooks import backward as backward_hooks
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
@@ -20,6 +21,38 @@ from instrument.reporter import Reporter
 from instrument.sinks.console import Console
 
 _installed: weakref.WeakKeyDictionary[nn.Module, AutoHandle] = weakref.WeakKeyDictionary()
+
+
+class FlopMeter:
+    """Ticks the reporter, and counts the FLOPs of the second step (between the first and
+    second ticks) into ``reporter.flops_per_step``."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self._reporter = reporter
+        self._ticks = 0
+        self._counter: contextlib.AbstractContextManager[list[float]] | None = None
+        self._total: list[float] = []
+
+    def step(self) -> None:
+        """End a step: start counting after the first, stop after the second."""
+        self._ticks += 1
+        if self._ticks == 2:
+            self._stop()
+            if self._total:
+                self._reporter.flops_per_step = self._total[0]
+        self._reporter.step()
+        if self._ticks == 1:
+            self._counter = throughput.count_flops()
+            self._total = self._counter.__enter__()
+
+    def _stop(self) -> None:
+        counter, self._counter = self._counter, None
+        if counter is not None:
+            counter.__exit__(None, None, None)
+
+    def cancel(self) -> None:
+        """Stop counting (``remove()`` before the second step ended)."""
+        self._stop()
 
 
 def installed_handles() -> tuple[AutoHandle, ...]:
@@ -108,6 +141,7 @@ def auto(
     sinks: Iterable[Any] | None = None,
     reporter: Reporter | None = None,
     normalizer: float | str = "steps",
+    flops_per_step: float | str | None = None,
 ) -> AutoHandle:
     """Time every module, backward, the optimizer step, data loading and collectives.
 
@@ -132,6 +166,10 @@ def auto(
         reporter: Use this reporter instead of making one (then ``every``, ``sinks`` and
             ``normalizer`` must be left alone); ``remove()`` does not close it.
         normalizer: The made reporter's normalizer; "steps" reports times per step.
+        flops_per_step: FLOPs of one step on this device for TFLOP/s and MFU, or "auto":
+            counted once, on the second optimizer step, with ``FlopCounterMode`` (that step
+            runs slower; it is a warm-up step by default). A passed ``reporter`` whose
+            ``flops_per_step`` is "auto" is measured the same way.
 
     Raises:
         RuntimeError: ``auto`` is already installed on this model (remove that first).
@@ -151,10 +189,11 @@ def auto(
         raise ValueError(f"unknown backward {backward!r}; expected one of True, False, 'modules'")
     clocks.check_clock(clock)
     region_clock = None if clock == "auto" else clock
-    if reporter is not None and (sinks is not None or every != 50 or normalizer != "steps"):
+    changed = sinks is not None or every != 50 or normalizer != "steps" or flops_per_step
+    if reporter is not None and changed:
         raise ValueError(
-            "pass either reporter= or every=/sinks=/normalizer= (they configure the reporter "
-            "auto() makes), not both"
+            "pass either reporter= or every=/sinks=/normalizer=/flops_per_step= (they "
+            "configure the reporter auto() makes), not both"
         )
     for module in (model, module_hooks.held_module(model)):
         if module is not None and module in _installed:
@@ -166,7 +205,10 @@ def auto(
     owns = reporter is None
     if reporter is None:
         reporter = Reporter(
-            every=every, sinks=[Console()] if sinks is None else sinks, normalizer=normalizer
+            every=every,
+            sinks=[Console()] if sinks is None else sinks,
+            normalizer=normalizer,
+            flops_per_step=flops_per_step,
         )
     config.refresh_auto_clock()
     handle = AutoHandle(model, reporter, owns)
@@ -210,7 +252,12 @@ def _install(
     if backward:
         undo.append(backward_hooks.install(clock))
     if optimizers:
-        hooks = optim_hooks.OptimizerHooks(optimizers, handle.reporter.step, clock=clock)
+        tick: Callable[[], object] = handle.reporter.step
+        if handle.reporter.flops_per_step == "auto":
+            meter = FlopMeter(handle.reporter)
+            undo.append(meter.cancel)
+            tick = meter.step
+        hooks = optim_hooks.OptimizerHooks(optimizers, tick, clock=clock)
         handle._optimizer_hooks = hooks
         undo.append(hooks.remove)
     if dataloader is not None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from instrument.stats import Stats
+from instrument.throughput import Throughput
 
 FORMAT_VERSION = 1
 
@@ -136,7 +137,9 @@ class Report:
     ``nodes`` are in tree order (parents before children). ``report[path]`` gives a
     :class:`Node`; ``steps`` is the number of ``step()`` ticks in the interval and
     ``step_time`` the measured time between them (normalized like the nodes), or ``None``
-    when no step was marked.
+    when no step was marked. ``throughput`` holds the interval's rates (``None`` without
+    steps) and ``memory`` the memory sampled at the flush, in bytes (see
+    :mod:`instrument.memory` for the keys; empty when not sampled).
     """
 
     nodes: tuple[Node, ...] = ()
@@ -148,6 +151,8 @@ class Report:
     end_time: float = 0.0
     rank: int = 0
     world_size: int = 1
+    throughput: Throughput | None = None
+    memory: Mapping[str, int] = field(default_factory=dict)
     _by_path: dict[str, Node] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -206,6 +211,8 @@ class Report:
             "rank": self.rank,
             "world_size": self.world_size,
             "step_time": None if self.step_time is None else self.step_time.to_dict(),
+            "throughput": None if self.throughput is None else self.throughput.to_dict(),
+            "memory": dict(self.memory),
             "nodes": [node.to_dict() for node in self.nodes],
         }
 
@@ -221,6 +228,7 @@ class Report:
             )
         step_time = data.get("step_time")
         normalizer = data.get("normalizer", 1.0)
+        rates = data.get("throughput")
         return cls(
             nodes=tuple(Node.from_dict(node) for node in data["nodes"]),
             steps=int(data.get("steps", 0)),
@@ -231,4 +239,6 @@ class Report:
             end_time=float(data.get("end_time", 0.0)),
             rank=int(data.get("rank", 0)),
             world_size=int(data.get("world_size", 1)),
+            throughput=None if rates is None else Throughput.from_dict(rates),
+            memory={str(k): int(v) for k, v in (data.get("memory") or {}).items()},
         )

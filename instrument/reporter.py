@@ -7,24 +7,29 @@ build the tree with self times → normalize → filter by level → one frozen
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import numbers
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
 import torch
 
-from instrument import _state, clocks, config, registry
+from instrument import _state, clocks, config, registry, throughput
+from instrument.memory import MemorySampler
 from instrument.report import Node, Report
 from instrument.sinks.base import Sink, as_sink
 from instrument.stats import Accumulator, Stats
+from instrument.throughput import Throughput
 
 logger = logging.getLogger("instrument")
 
 RANKS = ("local", "max", "minmax", "all")
+INF = float("inf")
+PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 _live: weakref.WeakSet[Reporter] = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -33,12 +38,22 @@ _live_lock = threading.Lock()
 def step(samples: int | None = None, tokens: int | None = None) -> None:
     """Mark the end of one training iteration on every live reporter.
 
-    Counts are optional; they are summed per interval.
+    Counts are optional: the samples and tokens this step consumed, for throughput.
     """
     with _live_lock:
         reporters = tuple(_live)
     for reporter in reporters:
         reporter.step(samples=samples, tokens=tokens)
+
+
+def count(samples: int | None = None, tokens: int | None = None) -> None:
+    """Add samples and tokens to the current step of every live reporter, without ending it
+    (for loops whose steps are ended elsewhere, e.g. by ``instrument.auto``'s optimizer
+    hook). May be called several times per step (gradient accumulation)."""
+    with _live_lock:
+        reporters = tuple(_live)
+    for reporter in reporters:
+        reporter.count(samples=samples, tokens=tokens)
 
 
 def live_reporters() -> tuple[Reporter, ...]:
@@ -76,6 +91,22 @@ def _check_normalizer(normalizer: object) -> float | str:
     return float(normalizer)
 
 
+def _check_count(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
+        raise ValueError(f"{name} must be an int >= 0 or None, got {value!r}")
+    return int(value)
+
+
+def _check_flops(flops: object) -> float | str | None:
+    if flops is None or flops == "auto":
+        return "auto" if flops == "auto" else None
+    if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 < float(flops) < INF:
+        raise ValueError(f"flops_per_step must be a number > 0, 'auto' or None, got {flops!r}")
+    return float(flops)
+
+
 def _check_ranks(ranks: object) -> str:
     if ranks not in RANKS:
         raise ValueError(
@@ -96,6 +127,15 @@ class Reporter:
         level: Leave regions above this level (and what is below them) out of reports.
         ranks: "local" (this process). "max", "minmax", "all" combine ranks once a process
             group is running (the distributed support); in one process they equal "local".
+        warmup: Steps at the start of the run left out of throughput (not of the timers);
+            default ``min(2, every - 1)``, so the first report still has rates.
+        flops_per_step: FLOPs one step runs on this device, for TFLOP/s and MFU; ``"auto"``
+            measures them once (``instrument.auto`` does it on the second step, or wrap one
+            step in :meth:`measure_flops`).
+        peak_flops: The device's peak FLOP/s for MFU; default: looked up for the current CUDA
+            device in ``instrument.peak_flops`` for ``peak_dtype`` (``None`` if unknown).
+        peak_dtype: "bf16" (default), "fp16", "tf32", "fp32" or "fp8", for that lookup.
+        memory: Sample host and device memory (current and interval peaks) at each flush.
 
     Example:
         >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.Console()])
@@ -112,8 +152,28 @@ class Reporter:
         normalizer: float | str = 1.0,
         level: int | None = None,
         ranks: str = "local",
+        *,
+        warmup: int | None = None,
+        flops_per_step: float | str | None = None,
+        peak_flops: float | None = None,
+        peak_dtype: str = "bf16",
+        memory: bool = True,
     ) -> None:
         self.every = _check_every(every)
+        if warmup is None:
+            warmup = 2 if self.every is None else min(2, self.every - 1)
+        self.warmup = _check_count("warmup", warmup) or 0
+        self.flops_per_step = _check_flops(flops_per_step)
+        if peak_flops is not None:
+            _check_flops(peak_flops)
+        if peak_dtype not in PEAK_DTYPES:
+            raise ValueError(
+                f"unknown peak_dtype {peak_dtype!r}; expected one of 'fp32', 'tf32', 'bf16', "
+                "'fp16', 'fp8'"
+            )
+        self.peak_flops = None if peak_flops is None else float(peak_flops)
+        self.peak_dtype = peak_dtype
+        self._memory = MemorySampler() if memory else None
         self.normalizer = _check_normalizer(normalizer)
         if level is not None:
             from instrument.region import check_level
@@ -132,6 +192,10 @@ class Reporter:
             _live.add(self)
 
     def _reset_interval(self) -> None:
+        self._run_steps = 0  # steps of earlier intervals (for warm-up)
+        self._pending: list[int | None] = [None, None]  # samples, tokens of the open step
+        self._samples: list[int | None] = []
+        self._tokens: list[int | None] = []
         self._steps = 0
         self._step_ns: list[int] = []
         self._last_tick = _state.now()
@@ -153,9 +217,22 @@ class Reporter:
         """Steps marked in the current interval."""
         return self._steps
 
+    def count(self, samples: int | None = None, tokens: int | None = None) -> None:
+        """Add samples and tokens to the current step without ending it."""
+        pending = self._pending
+        for i, (name, value) in enumerate((("samples", samples), ("tokens", tokens))):
+            if value is not None:
+                pending[i] = (pending[i] or 0) + (_check_count(name, value) or 0)
+
     def step(self, samples: int | None = None, tokens: int | None = None) -> Report | None:
-        """Mark the end of one iteration; flush (and return the report) every ``every`` steps."""
+        """Mark the end of one iteration (with the samples and tokens it consumed, if given);
+        flush (and return the report) every ``every`` steps."""
         now = _state.now()
+        if samples is not None or tokens is not None:
+            self.count(samples, tokens)
+        self._samples.append(self._pending[0])
+        self._tokens.append(self._pending[1])
+        self._pending = [None, None]
         self._step_ns.append(now - self._last_tick)
         self._last_tick = now
         self._steps += 1
@@ -163,11 +240,39 @@ class Reporter:
             return self.flush()
         return None
 
+    @contextlib.contextmanager
+    def measure_flops(self) -> Iterator[None]:
+        """Count the FLOPs of the training step run inside the block and use them as
+        ``flops_per_step`` from now on (the step runs slower while counted)."""
+        with throughput.count_flops() as flops:
+            yield
+        self.flops_per_step = flops[0]
+
+    def _throughput(self, step_ns: list[int]) -> Throughput | None:
+        flops = self.flops_per_step if isinstance(self.flops_per_step, float) else None
+        peak = self.peak_flops
+        if peak is None and flops is not None and clocks.cuda_ready():
+            from instrument import peak_flops as peaks
+
+            peak = peaks.device_peak_flops(self.peak_dtype)
+        return throughput.compute(
+            step_ns,
+            self._samples,
+            self._tokens,
+            warmup=max(self.warmup - self._run_steps, 0),
+            flops_per_step=flops,
+            peak_flops=peak,
+        )
+
     def flush(self) -> Report:
         """Snapshot and reset the registry, build the report, hand it to every sink."""
         config.refresh_auto_clock()
         collected = registry.collect()
         steps, step_ns = self._steps, self._step_ns
+        rates = self._throughput(step_ns)
+        memory = self._memory.sample() if self._memory is not None else {}
+        self._run_steps += steps
+        self._samples, self._tokens = [], []
         start_wall = self._start_wall
         self._steps, self._step_ns, self._start_wall = 0, [], clocks.wall_time()
         self._index += 1
@@ -180,6 +285,8 @@ class Reporter:
             index=self._index,
             start_time=start_wall,
             end_time=self._start_wall,
+            throughput=rates,
+            memory=memory,
         )
         self._emit(report)
         return report
@@ -261,6 +368,8 @@ def build_report(
     index: int = 0,
     start_time: float = 0.0,
     end_time: float = 0.0,
+    throughput: Throughput | None = None,
+    memory: Mapping[str, int] | None = None,
 ) -> Report:
     """Turn one interval's collected accumulators (in tree order, as
     :func:`registry.collect` gives them) into a normalized :class:`Report`."""
@@ -325,6 +434,8 @@ def build_report(
         end_time=end_time,
         rank=rank,
         world_size=world,
+        throughput=throughput,
+        memory=dict(memory or {}),
     )
 
 

@@ -145,6 +145,7 @@ def render_text(report: Report, *, unicode: bool = True, width: int | None = Non
     title = _title(report)
     lines = [
         title,
+        *header_lines(report),
         "region".ljust(label_width)
         + "".join(f"  {h:>{w}}" for h, w in zip(headers, col, strict=True)),
     ]
@@ -156,6 +157,52 @@ def render_text(report: Report, *, unicode: bool = True, width: int | None = Non
     if not table:
         lines.append("(no regions recorded)")
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _rate(value: float | None, unit: str) -> str | None:
+    if value is None:
+        return None
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g}{prefix} {unit}"
+    return f"{value:.3g} {unit}"
+
+
+def header_lines(report: Report) -> list[str]:
+    """Throughput and memory, one line each, for above the tree (none when absent)."""
+    lines = []
+    rates = report.throughput
+    if rates is not None and rates.steps:
+        parts: list[str | None] = [
+            _rate(rates.steps_per_sec, "steps/s"),
+            _rate(rates.samples_per_sec, "samples/s"),
+            _rate(rates.tokens_per_sec, "tokens/s"),
+            None if rates.tflops is None else f"{rates.tflops:.3g} TFLOP/s",
+            None if rates.mfu is None else f"MFU {100 * rates.mfu:.1f}%",
+        ]
+        skipped = f" ({rates.warmup_steps} warm-up steps skipped)" if rates.warmup_steps else ""
+        lines.append("throughput: " + " · ".join(p for p in parts if p is not None) + skipped)
+    memory = report.memory
+    if memory:
+        held: list[str] = []
+        if "host_rss" in memory:
+            peak = memory.get("host_peak_rss")
+            extra = f" (peak {_size(peak)})" if peak is not None else ""
+            held.append(f"host rss {_size(memory['host_rss'])}{extra}")
+        if "device_allocated" in memory:
+            held.append(
+                f"cuda allocated {_size(memory['device_allocated'])}"
+                f" (peak {_size(memory.get('device_peak_allocated'))})"
+                f", reserved {_size(memory.get('device_reserved'))}"
+                f" (peak {_size(memory.get('device_peak_reserved'))})"
+            )
+        if memory.get("device_alloc_retries"):
+            held.append(f"{memory['device_alloc_retries']} allocation retries")
+        if memory.get("device_ooms"):
+            held.append(f"{memory['device_ooms']} OOMs")
+        if held:
+            lines.append("memory: " + " · ".join(held))
+    return lines
 
 
 def _title(report: Report) -> str:

@@ -40,5 +40,5 @@ def test_train_lm_prints_the_auto_tree() -> None:
     assert text.count("step (3 steps)") == 2
     for name in ("forward", "encoder", "layers.0", "self_attn", "backward", "optimizer"):
         assert name in text
-    for name in ("zero_grad", "data", "(other)", "final loss"):
+    for name in ("zero_grad", "data", "(other)", "final loss", "tokens/s", "TFLOP/s"):
         assert name in text

@@ -37,7 +37,9 @@ def test_flushes_every_n_steps_with_step_root_and_other(clock: FakeClock) -> Non
     assert report["forward"].total == pytest.approx(0.6)
     assert report.other == pytest.approx(0.2)
     text = report.render()
-    assert text.splitlines()[2].startswith("step (2 steps)")
+    lines = text.splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("region")))
+    assert lines[header + 1].startswith("step (2 steps)")  # the first line under the header
     assert "(other)" in text
 
 

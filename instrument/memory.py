@@ -1,0 +1,177 @@
+"""Memory per reporting interval, sampled at flush time (never on a hot path).
+
+:meth:`MemorySampler.sample` returns bytes (ints) under these keys, in :data:`FIELDS` order;
+a key whose value cannot be read on this platform is left out, nothing raises:
+
+- ``host_rss``: the process's resident set size now (Linux: ``VmRSS`` of ``/proc/self/status``,
+  the same counter as the resident pages of ``/proc/self/statm``; left out elsewhere).
+- ``host_peak_rss``: the peak resident set size since the previous sample (Linux: ``VmHWM``,
+  reset after reading). Where the peak cannot be reset, or without ``/proc`` (macOS), it is the
+  lifetime peak (``getrusage().ru_maxrss``) - see :class:`MemorySampler`.
+- ``device_allocated`` / ``device_peak_allocated``: bytes held by tensors in PyTorch's CUDA
+  caching allocator on the current device, now and the interval's peak.
+- ``device_reserved`` / ``device_peak_reserved``: bytes the caching allocator holds from the
+  driver (tensors plus its cache), now and the interval's peak.
+- ``device_alloc_retries``: allocations in the interval that failed, made the allocator free
+  its cached blocks and try again - a sign of fragmentation or memory pressure, and slow.
+- ``device_ooms``: out-of-memory errors the allocator raised in the interval.
+
+The ``device_*`` keys appear only while CUDA is available and already initialised in this
+process (sampling never initialises it), and not in a child forked from a CUDA parent. They
+come from ``torch.cuda.memory_stats()`` and ``torch.cuda.reset_peak_memory_stats()``, which
+read and reset host-side counters: nothing here synchronizes the device.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import torch
+
+from instrument.clocks import cuda_ready
+
+logger = logging.getLogger("instrument")
+
+FIELDS: tuple[str, ...] = (
+    "host_rss",
+    "host_peak_rss",
+    "device_allocated",
+    "device_peak_allocated",
+    "device_reserved",
+    "device_peak_reserved",
+    "device_alloc_retries",
+    "device_ooms",
+)
+"""Every key :meth:`MemorySampler.sample` can return, host first, then device."""
+
+_PROC_STATUS = "/proc/self/status"
+_CLEAR_REFS = "/proc/self/clear_refs"
+
+_DEVICE_STATS = (
+    ("device_allocated", "allocated_bytes.all.current"),
+    ("device_peak_allocated", "allocated_bytes.all.peak"),
+    ("device_reserved", "reserved_bytes.all.current"),
+    ("device_peak_reserved", "reserved_bytes.all.peak"),
+)
+_DEVICE_COUNTS = (
+    ("device_alloc_retries", "num_alloc_retries"),
+    ("device_ooms", "num_ooms"),
+)
+
+
+def _proc_status() -> dict[str, int]:
+    """``VmRSS`` and ``VmHWM`` in bytes from one read of ``/proc/self/status`` ({} without it)."""
+    try:
+        with open(_PROC_STATUS, "rb") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith((b"VmRSS:", b"VmHWM:")):
+            key, _, value = line.partition(b":")
+            parts = value.split()  # e.g. [b"26000", b"kB"]
+            if parts and parts[0].isdigit():
+                found[key.decode()] = int(parts[0]) * 1024
+    return found
+
+
+def _lifetime_peak_rss() -> int | None:
+    """The process's lifetime peak RSS in bytes from ``getrusage``, or ``None`` (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    try:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except OSError:
+        return None
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # macOS: bytes, else KiB
+
+
+class MemorySampler:
+    """Host and device memory per interval: each :meth:`sample` covers the time since the
+    previous one (the first, the time since construction).
+
+    The host peak is reset by writing ``5`` to ``/proc/self/clear_refs`` (Linux 4.0+). Where
+    that write fails (an old kernel, a sandbox without it, no ``/proc``),
+    :attr:`host_peak_resets` is ``False`` and ``host_peak_rss`` is the process's lifetime peak.
+
+    Peaks are process-wide: the host peak for the whole process, the device peaks for each
+    device. Keep one sampler per process - two samplers, or other code calling
+    ``torch.cuda.reset_peak_memory_stats()``, shorten each other's intervals. Device fields
+    describe the current device; call :meth:`sample` from one thread at a time.
+
+    Example:
+        >>> sampler = MemorySampler()
+        >>> memory = sampler.sample()  # at each flush
+        >>> "host_peak_rss" in memory  # everywhere; host_rss where the platform tells
+        True
+    """
+
+    def __init__(self) -> None:
+        self._host_peak_resets = True
+        self._counts: dict[int, dict[str, int]] = {}  # device -> counters at the last sample
+        self._reset_host_peak()
+        self._sample_device(warn=False)  # reset the device peaks, take the counters' baseline
+
+    @property
+    def host_peak_resets(self) -> bool:
+        """Whether ``host_peak_rss`` is the interval's peak (``False``: the lifetime peak)."""
+        return self._host_peak_resets
+
+    def sample(self) -> dict[str, int]:
+        """Memory now and since the previous sample, in bytes; then reset the peaks."""
+        memory = self._sample_host()
+        memory.update(self._sample_device())
+        return memory
+
+    def _sample_host(self) -> dict[str, int]:
+        memory: dict[str, int] = {}
+        status = _proc_status()
+        if "VmRSS" in status:
+            memory["host_rss"] = status["VmRSS"]
+        peak = status["VmHWM"] if "VmHWM" in status else _lifetime_peak_rss()
+        if peak is not None:
+            memory["host_peak_rss"] = peak
+        self._reset_host_peak()
+        return memory
+
+    def _reset_host_peak(self) -> None:
+        if not self._host_peak_resets:
+            return
+        try:
+            with open(_CLEAR_REFS, "w") as f:
+                f.write("5")  # 5: reset the peak RSS (VmHWM) to the current RSS
+        except OSError:
+            self._host_peak_resets = False
+
+    def _sample_device(self, *, warn: bool = True) -> dict[str, int]:
+        if not cuda_ready():
+            return {}
+        try:
+            device = torch.cuda.current_device()
+            stats = torch.cuda.memory_stats(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        except RuntimeError:  # e.g. a broken driver: leave the device fields out
+            return {}
+        memory = {field: int(stats[key]) for field, key in _DEVICE_STATS if key in stats}
+        before = self._counts.get(device, {})
+        now = {field: int(stats[key]) for field, key in _DEVICE_COUNTS if key in stats}
+        for field, count in now.items():
+            previous = before.get(field, 0)
+            memory[field] = count - previous if count >= previous else count  # counters reset
+        self._counts[device] = now
+        retries = memory.get("device_alloc_retries", 0)
+        if warn and retries > 0:
+            logger.warning(
+                "instrument: %d CUDA allocation retr%s on cuda:%d since the last sample: the "
+                "caching allocator could not allocate, freed its cached blocks and retried "
+                "(fragmentation or memory pressure, and slow); reduce the batch size or set "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                retries,
+                "y" if retries == 1 else "ies",
+                device,
+            )
+        return memory

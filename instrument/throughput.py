@@ -1,0 +1,114 @@
+"""Throughput over exactly the interval of the timers: steps/s, samples/s, tokens/s,
+TFLOP/s and MFU.
+
+The reporter keeps, per step of the interval, the step's time (between ticks) and the
+samples and tokens counted for it (``instrument.step(samples=, tokens=)`` or
+``instrument.count(...)``). The first ``warmup`` steps of the run (compilation, cuDNN
+autotuning, allocator warm-up) are left out of the rates but not out of the timers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Rates over the interval's counted (post-warm-up) steps. ``None`` means unknown —
+    nothing counted, no FLOP count, or no known peak — never a made-up number.
+
+    ``tflops`` is per device (this process's FLOPs per step over its step time), and
+    ``mfu`` is ``tflops`` over the device's peak for the chosen dtype.
+    """
+
+    steps: int  # steps counted (the interval's steps minus warm-up ones)
+    seconds: float  # their total time
+    samples: int | None = None
+    tokens: int | None = None
+    steps_per_sec: float | None = None
+    samples_per_sec: float | None = None
+    tokens_per_sec: float | None = None
+    flops_per_step: float | None = None
+    tflops: float | None = None
+    peak_tflops: float | None = None
+    mfu: float | None = None
+    warmup_steps: int = 0  # steps of this interval skipped as warm-up
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict; :meth:`from_dict` restores it exactly."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Throughput:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
+
+
+def _rate(amount: float | None, seconds: float) -> float | None:
+    return None if amount is None or seconds <= 0.0 else amount / seconds
+
+
+def compute(
+    step_ns: Sequence[int],
+    samples: Sequence[int | None],
+    tokens: Sequence[int | None],
+    *,
+    warmup: int,
+    flops_per_step: float | None,
+    peak_flops: float | None,
+) -> Throughput | None:
+    """Throughput of one interval from its per-step times and counts; the first ``warmup``
+    steps are skipped. ``None`` when the interval has no step."""
+    if not step_ns:
+        return None
+    skip = min(warmup, len(step_ns))
+    times = step_ns[skip:]
+    seconds = sum(times) / 1e9
+    steps = len(times)
+
+    def total(values: Sequence[int | None]) -> int | None:
+        known = [v for v in values[skip:] if v is not None]
+        return sum(known) if known else None
+
+    n_samples, n_tokens = total(samples), total(tokens)
+    flops = None if flops_per_step is None or not steps else flops_per_step * steps
+    flop_rate = _rate(flops, seconds)
+    tflops = None if flop_rate is None else flop_rate / 1e12
+    mfu = None if flop_rate is None or not peak_flops else flop_rate / peak_flops
+    return Throughput(
+        steps=steps,
+        seconds=seconds,
+        samples=n_samples,
+        tokens=n_tokens,
+        steps_per_sec=_rate(steps, seconds) if steps else None,
+        samples_per_sec=_rate(n_samples, seconds),
+        tokens_per_sec=_rate(n_tokens, seconds),
+        flops_per_step=flops_per_step,
+        tflops=tflops,
+        peak_tflops=None if not peak_flops else peak_flops / 1e12,
+        mfu=mfu,
+        warmup_steps=skip,
+    )
+
+
+@contextlib.contextmanager
+def count_flops() -> Iterator[list[float]]:
+    """Count the FLOPs run inside the block (``torch.utils.flop_counter.FlopCounterMode``:
+    matmuls, convolutions, attention; forward and backward). The yielded list holds the
+    total once the block ends.
+
+    Example:
+        >>> with instrument.throughput.count_flops() as flops:
+        ...     loss = model(batch).sum(); loss.backward()
+        >>> flops[0]
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    out: list[float] = []
+    mode = FlopCounterMode(display=False)
+    with mode:
+        yield out
+    out.append(float(mode.get_total_flops()))

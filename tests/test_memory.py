@@ -1,0 +1,215 @@
+"""MemorySampler: host fields anywhere, interval peaks, device fields with and without CUDA."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from instrument import memory as memory_module
+from instrument.memory import FIELDS, MemorySampler
+
+MB = 10**6
+MiB = 2**20
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_fields_order() -> None:
+    assert FIELDS == (
+        "host_rss",
+        "host_peak_rss",
+        "device_allocated",
+        "device_peak_allocated",
+        "device_reserved",
+        "device_peak_reserved",
+        "device_alloc_retries",
+        "device_ooms",
+    )
+
+
+def test_host_fields_are_plausible() -> None:
+    memory = MemorySampler().sample()
+    assert set(memory) <= set(FIELDS)
+    assert all(type(value) is int for value in memory.values())
+    assert memory["host_peak_rss"] > MB
+    if "host_rss" in memory:  # always on Linux
+        assert MB < memory["host_rss"] <= memory["host_peak_rss"]
+
+
+def test_keys_follow_fields_order() -> None:
+    memory = MemorySampler().sample()
+    assert list(memory) == [field for field in FIELDS if field in memory]
+
+
+def test_host_peak_is_per_interval() -> None:
+    sampler = MemorySampler()
+    if not sampler.host_peak_resets:
+        pytest.skip("writing 5 to /proc/self/clear_refs is not supported here: lifetime peak")
+    buffer = torch.ones(200 * MB // 4)  # written, so resident; freed back to the OS (munmap)
+    del buffer
+    first = sampler.sample()
+    second = sampler.sample()
+    assert first["host_peak_rss"] - second["host_peak_rss"] >= 150 * MB
+    assert second["host_peak_rss"] >= second["host_rss"]
+
+
+def test_without_proc_falls_back_to_lifetime_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory_module, "_PROC_STATUS", "/nonexistent/status")
+    monkeypatch.setattr(memory_module, "_CLEAR_REFS", "/nonexistent/clear_refs")
+    sampler = MemorySampler()
+    memory = sampler.sample()
+    assert not sampler.host_peak_resets
+    assert "host_rss" not in memory  # unknown: left out, not guessed
+    assert memory["host_peak_rss"] > MB  # getrusage ru_maxrss, KiB on Linux -> bytes
+
+
+def test_no_device_fields_without_initialised_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory_module, "cuda_ready", lambda: False)
+    assert not any(key.startswith("device_") for key in MemorySampler().sample())
+
+
+class FakeAllocator:
+    """Stands in for torch.cuda's memory statistics on a CPU-only machine."""
+
+    def __init__(self) -> None:
+        self.stats = {
+            "allocated_bytes.all.current": 100,
+            "allocated_bytes.all.peak": 300,
+            "reserved_bytes.all.current": 400,
+            "reserved_bytes.all.peak": 500,
+            "num_alloc_retries": 2,
+            "num_ooms": 1,
+        }
+        self.resets: list[int] = []
+
+    def memory_stats(self, device: int) -> dict[str, int]:
+        return dict(self.stats)
+
+    def reset_peak_memory_stats(self, device: int) -> None:
+        self.resets.append(device)
+        self.stats["allocated_bytes.all.peak"] = self.stats["allocated_bytes.all.current"]
+        self.stats["reserved_bytes.all.peak"] = self.stats["reserved_bytes.all.current"]
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> FakeAllocator:
+    fake = FakeAllocator()
+    monkeypatch.setattr(memory_module, "cuda_ready", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "memory_stats", fake.memory_stats)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", fake.reset_peak_memory_stats)
+    return fake
+
+
+def test_device_fields_and_interval_counts(
+    fake_cuda: FakeAllocator, caplog: pytest.LogCaptureFixture
+) -> None:
+    sampler = MemorySampler()  # baseline: 2 retries, 1 OOM before this interval
+    assert fake_cuda.resets == [0]
+    fake_cuda.stats["allocated_bytes.all.peak"] = 700
+    fake_cuda.stats["num_alloc_retries"] = 5
+    with caplog.at_level(logging.WARNING, logger="instrument"):
+        memory = sampler.sample()
+    assert {key: value for key, value in memory.items() if key.startswith("device_")} == {
+        "device_allocated": 100,
+        "device_peak_allocated": 700,
+        "device_reserved": 400,
+        "device_peak_reserved": 400,
+        "device_alloc_retries": 3,
+        "device_ooms": 0,
+    }
+    assert fake_cuda.resets == [0, 0]
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert "3 CUDA allocation retries on cuda:0" in message
+    assert "freed its cached blocks and retried" in message
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in message
+
+    caplog.clear()
+    memory = sampler.sample()
+    assert memory["device_peak_allocated"] == 100  # reset after the previous sample
+    assert memory["device_alloc_retries"] == 0
+    assert not caplog.records
+
+
+def test_reset_counters_are_not_negative(fake_cuda: FakeAllocator) -> None:
+    sampler = MemorySampler()
+    fake_cuda.stats["num_alloc_retries"] = 0  # torch.cuda.reset_accumulated_memory_stats()
+    fake_cuda.stats["num_ooms"] = 0
+    memory = sampler.sample()
+    assert memory["device_alloc_retries"] == 0
+    assert memory["device_ooms"] == 0
+
+
+def test_device_errors_leave_device_fields_out(
+    fake_cuda: FakeAllocator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(device: int) -> dict[str, int]:
+        raise RuntimeError("CUDA error: unknown error")
+
+    monkeypatch.setattr(torch.cuda, "memory_stats", broken)
+    memory = MemorySampler().sample()
+    assert "host_peak_rss" in memory
+    assert not any(key.startswith("device_") for key in memory)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_device_fields_on_a_gpu() -> None:
+    torch.empty(1, device="cuda")  # initialise CUDA
+    sampler = MemorySampler()
+    buffer = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+    del buffer
+    first = sampler.sample()
+    assert set(FIELDS) <= set(first)
+    assert first["device_peak_allocated"] >= 256 * MiB
+    assert first["device_peak_reserved"] >= first["device_reserved"] >= 256 * MiB  # cached
+    assert first["device_peak_allocated"] >= first["device_allocated"]
+    assert first["device_alloc_retries"] == 0
+    assert first["device_ooms"] == 0
+    second = sampler.sample()
+    assert second["device_peak_allocated"] <= first["device_peak_allocated"] - 200 * MiB
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_sampling_never_synchronizes() -> None:
+    x = torch.ones(1024, 1024, device="cuda")
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        sampler = MemorySampler()
+        y = x @ x  # queued work, so a synchronizing call would have something to wait for
+        memory = sampler.sample()
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    del y
+    assert "device_allocated" in memory
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_allocation_retries_on_a_gpu(caplog: pytest.LogCaptureFixture) -> None:
+    torch.empty(1, device="cuda")
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    limit = torch.cuda.memory_reserved() + 768 * MiB
+    sampler = MemorySampler()
+    torch.cuda.set_per_process_memory_fraction(limit / total)
+    try:
+        cached = torch.empty(512 * MiB, dtype=torch.uint8, device="cuda")
+        del cached  # 512 MiB stay reserved; 640 more would pass the limit
+        bigger = torch.empty(640 * MiB, dtype=torch.uint8, device="cuda")  # frees cache, retries
+        del bigger
+        with caplog.at_level(logging.WARNING, logger="instrument"):
+            memory = sampler.sample()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    assert memory["device_alloc_retries"] == 1
+    assert memory["device_ooms"] == 0
+    assert "1 CUDA allocation retry on cuda:" in caplog.text
+    assert sampler.sample()["device_alloc_retries"] == 0
