@@ -163,3 +163,36 @@ def test_bad_throughput_options_name_the_problem() -> None:
         instrument.Reporter(every=None).count(samples=-1)
     with pytest.raises(ValueError, match="tokens must be an int >= 0"):
         instrument.Reporter(every=None).step(tokens=1.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_run_reports_mfu_and_device_memory() -> None:
+    from instrument.peak_flops import device_peak_flops
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4096, 4096, bias=False), nn.Linear(4096, 4096, bias=False))
+    model = model.to("cuda", torch.bfloat16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    with instrument.auto(model, opt, every=None, sinks=[], flops_per_step="auto") as handle:
+        for _ in range(8):
+            model(x).float().sum().backward()
+            opt.step()
+            opt.zero_grad()
+        report = handle.reporter.flush()
+    rates = report.throughput
+    assert rates is not None
+    # two forward matmuls + two weight gradients + one input gradient (layer 2's input)
+    assert rates.flops_per_step == 5 * 2 * 4096**3
+    peak = device_peak_flops("bf16")
+    if peak is None:
+        assert rates.mfu is None  # a GPU missing from the table: unknown, not made up
+    else:
+        assert rates.peak_tflops == pytest.approx(peak / 1e12)
+        assert rates.mfu is not None
+        assert 0.0 < rates.mfu < 1.0
+    memory = report.memory
+    assert memory["device_peak_allocated"] >= 3 * 4096 * 4096 * 2  # x and both weights
+    assert memory["device_reserved"] >= memory["device_allocated"] > 0
+    assert "MFU" in report.render() or peak is None
