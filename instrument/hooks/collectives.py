@@ -24,10 +24,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -197,6 +199,17 @@ def _timed_works(result: Any, span: Span, nbytes: int) -> Any:
 
 
 # -- the wrappers -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def suppressed() -> Iterator[None]:
+    """Collectives called inside are not timed: instrument's own gathers and barriers never
+    show up in a report."""
+    token = _inside.set(True)
+    try:
+        yield
+    finally:
+        _inside.reset(token)
 
 
 def _run_inside(wrapped: Callable[..., Any], args: Args, kwargs: Kwargs) -> Any:
