@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-
 import functools
 import inspect
 import threading
