@@ -142,6 +142,7 @@ def auto(
     reporter: Reporter | None = None,
     normalizer: float | str = "steps",
     flops_per_step: float | str | None = None,
+    ranks: str = "local",
 ) -> AutoHandle:
     """Time every module, backward, the optimizer step, data loading and collectives.
 
@@ -170,6 +171,9 @@ def auto(
             counted once, on the second optimizer step, with ``FlopCounterMode`` (that step
             runs slower; it is a warm-up step by default). A passed ``reporter`` whose
             ``flops_per_step`` is "auto" is measured the same way.
+        ranks: The made reporter's ``ranks``: "max", "minmax" or "all" add each region's
+            min, max and slowest rank across the process group (every rank reports at the
+            same steps, so the collective flush lines up).
 
     Raises:
         RuntimeError: ``auto`` is already installed on this model (remove that first).
@@ -189,10 +193,16 @@ def auto(
         raise ValueError(f"unknown backward {backward!r}; expected one of True, False, 'modules'")
     clocks.check_clock(clock)
     region_clock = None if clock == "auto" else clock
-    changed = sinks is not None or every != 50 or normalizer != "steps" or flops_per_step
+    changed = (
+        sinks is not None
+        or every != 50
+        or normalizer != "steps"
+        or flops_per_step is not None
+        or ranks != "local"
+    )
     if reporter is not None and changed:
         raise ValueError(
-            "pass either reporter= or every=/sinks=/normalizer=/flops_per_step= (they "
+            "pass either reporter= or every=/sinks=/normalizer=/flops_per_step=/ranks= (they "
             "configure the reporter auto() makes), not both"
         )
     for module in (model, module_hooks.held_module(model)):
@@ -209,6 +219,7 @@ def auto(
             sinks=[Console()] if sinks is None else sinks,
             normalizer=normalizer,
             flops_per_step=flops_per_step,
+            ranks=ranks,
         )
     config.refresh_auto_clock()
     handle = AutoHandle(model, reporter, owns)

@@ -24,6 +24,7 @@ import time
 import warnings
 from collections.abc import AsyncGenerator, Callable, Generator
 from contextvars import ContextVar
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
@@ -43,6 +44,8 @@ _set = _frame.set
 
 F = TypeVar("F", bound=Callable[..., Any])
 CPU = "cpu"
+#: How long ``timed(name, barrier=True)`` waits for the other ranks by default.
+BARRIER_TIMEOUT = timedelta(seconds=300)
 
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -420,8 +423,28 @@ def timed(name: F, /) -> F: ...
 @overload
 def timed(name: str, /, *, clock: object = None, level: int = 0) -> Region: ...
 @overload
+def timed(
+    name: str,
+    /,
+    *,
+    clock: object = None,
+    level: int = 0,
+    barrier: bool,
+    barrier_group: Any = None,
+    barrier_timeout: timedelta | float = ...,
+) -> BarrierRegion: ...
+@overload
 def timed(name: None = None, /, *, clock: object = None, level: int = 0) -> _NamedByFunction: ...
-def timed(name: Any = None, /, *, clock: object = None, level: int = 0) -> Any:
+def timed(
+    name: Any = None,
+    /,
+    *,
+    clock: object = None,
+    level: int = 0,
+    barrier: bool = False,
+    barrier_group: Any = None,
+    barrier_timeout: timedelta | float = BARRIER_TIMEOUT,
+) -> Any:
     """Time a block or a function as a region of the timing tree.
 
     Args:
@@ -430,6 +453,9 @@ def timed(name: Any = None, /, *, clock: object = None, level: int = 0) -> Any:
         clock: "cpu", "cuda", "sync", "auto", or a ``Clock``; ``None`` follows
             ``instrument.configure(clock=...)``.
         level: Regions above the configured level (``configure(level=...)``) are skipped.
+        barrier: Wait at a barrier of ``barrier_group`` before the region starts (Megatron's
+            ``timers(name, barrier=True)``), never longer than ``barrier_timeout``; the wait
+            is recorded as the child ``<name>/barrier``, outside the region's own time.
 
     Example:
         >>> import instrument
@@ -439,6 +465,12 @@ def timed(name: Any = None, /, *, clock: object = None, level: int = 0) -> Any:
         >>> with instrument.timed("step"):
         ...     y = forward(3)
     """
+    if barrier:
+        if not isinstance(name, str):
+            raise TypeError("timed(..., barrier=True) needs a region name: timed('name', ...)")
+        return BarrierRegion(
+            region_for(check_name(name), clock, level), barrier_group, barrier_timeout
+        )
     if clock is None and level == 0 and isinstance(name, str):
         region = _by_name.get(name)
         if region is not None:
@@ -456,6 +488,66 @@ def timed(name: Any = None, /, *, clock: object = None, level: int = 0) -> Any:
 if speedups is not None:
     # Same function, minus the Python-level call for the common ``timed("name")``.
     timed = functools.update_wrapper(speedups.Dispatch(_by_name, timed), timed)
+
+
+# -- regions behind a barrier -------------------------------------------------------------
+
+
+class BarrierRegion:
+    """``timed(name, barrier=True)``: wait at a barrier (with a timeout, never a hang), then
+    time the region. The wait lands in the child ``<name>/barrier``, marked concurrent and
+    taken before the region's clock starts, so a fast rank's region is not inflated by
+    waiting for the slow ones (the Megatron-LM #742 complaint). Skipped while disabled."""
+
+    __slots__ = ("group", "region", "timeout")
+
+    def __init__(self, region: Region, group: Any, timeout: timedelta | float) -> None:
+        self.region = region
+        self.group = group
+        self.timeout = timeout
+
+    def wait(self) -> None:
+        """Wait at the barrier and record the wait under ``<name>/barrier``."""
+        from instrument.distributed.barrier import barrier_with_timeout
+
+        region = self.region
+        if region.mode is None:
+            return
+        parent = _get()[0]
+        node = parent.children.get(region.name) or parent.child(
+            region.name, region.level, region.mode
+        )
+        waited = node.children.get("barrier") or node.child("barrier", region.level, CPU)
+        registry.mark_concurrent(waited)
+        start = _state.now()
+        barrier_with_timeout(self.timeout, self.group)
+        waited.add(_state.now() - start)
+
+    def __enter__(self) -> BarrierRegion:
+        self.wait()
+        self.region.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.region.__exit__(exc_type, exc, tb)
+
+    def __call__(self, func: F) -> F:
+        """Decorate ``func``: each call waits at the barrier, then is timed."""
+
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return func(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"<BarrierRegion {self.region.name!r}>"
 
 
 # -- decorators ---------------------------------------------------------------------------

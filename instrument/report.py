@@ -4,13 +4,47 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from instrument.stats import Stats
 from instrument.throughput import Throughput
 
 FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """One value (a path's total, a rate) across the ranks of the group; ranks are global,
+    ``per_rank`` (``None`` where a rank has no value) is kept with ``ranks="all"``."""
+
+    rank_min: float
+    rank_max: float
+    rank_mean: float
+    rank_argmin: int
+    rank_argmax: int
+    ranks_present: int
+    per_rank: tuple[float | None, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict; :meth:`from_dict` restores it exactly."""
+        out = asdict(self)
+        out["per_rank"] = None if self.per_rank is None else list(self.per_rank)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankStats:
+        """Inverse of :meth:`to_dict`."""
+        per_rank = data.get("per_rank")
+        return cls(
+            rank_min=float(data["rank_min"]),
+            rank_max=float(data["rank_max"]),
+            rank_mean=float(data["rank_mean"]),
+            rank_argmin=int(data["rank_argmin"]),
+            rank_argmax=int(data["rank_argmax"]),
+            ranks_present=int(data["ranks_present"]),
+            per_rank=None if per_rank is None else tuple(per_rank),
+        )
 
 
 @dataclass(frozen=True)
@@ -24,7 +58,9 @@ class Node:
 
     ``bytes`` counts what a collective moved in the interval (never normalized), and
     ``concurrent`` marks work that overlaps its siblings (an async collective timed until
-    its ``wait()``): its time is not subtracted from the parent's ``self``.
+    its ``wait()``): its time is not subtracted from the parent's ``self``. ``ranks`` holds
+    the path's total across ranks (``Reporter(ranks="max" | "minmax" | "all")`` in a process
+    group); the statistics above stay this rank's (empty where this rank never ran it).
     """
 
     path: str
@@ -35,6 +71,7 @@ class Node:
     level: int = 0
     bytes: int = 0
     concurrent: bool = False
+    ranks: RankStats | None = None
 
     @property
     def name(self) -> str:
@@ -97,6 +134,41 @@ class Node:
         return self.stats.p99
 
     @property
+    def rank_min(self) -> float | None:
+        """The smallest total over the ranks that ran this path (None: not gathered)."""
+        return None if self.ranks is None else self.ranks.rank_min
+
+    @property
+    def rank_max(self) -> float | None:
+        """The largest total over the ranks (None: not gathered)."""
+        return None if self.ranks is None else self.ranks.rank_max
+
+    @property
+    def rank_mean(self) -> float | None:
+        """The mean total over the ranks that ran this path (None: not gathered)."""
+        return None if self.ranks is None else self.ranks.rank_mean
+
+    @property
+    def rank_argmin(self) -> int | None:
+        """The fastest rank (None: not gathered)."""
+        return None if self.ranks is None else self.ranks.rank_argmin
+
+    @property
+    def rank_argmax(self) -> int | None:
+        """The slowest rank (None: not gathered)."""
+        return None if self.ranks is None else self.ranks.rank_argmax
+
+    @property
+    def ranks_present(self) -> int | None:
+        """How many ranks ran this path (None: not gathered)."""
+        return None if self.ranks is None else self.ranks.ranks_present
+
+    @property
+    def per_rank(self) -> tuple[float | None, ...] | None:
+        """Each rank's total, ``None`` where it never ran the path (``ranks="all"`` only)."""
+        return None if self.ranks is None else self.ranks.per_rank
+
+    @property
     def self(self) -> float:
         """Total minus the totals of the children (seconds)."""
         return self.self_time
@@ -112,6 +184,7 @@ class Node:
             "device": None if self.device is None else self.device.to_dict(),
             "bytes": self.bytes,
             "concurrent": self.concurrent,
+            "ranks": None if self.ranks is None else self.ranks.to_dict(),
         }
 
     @classmethod
@@ -127,6 +200,7 @@ class Node:
             level=int(data.get("level", 0)),
             bytes=int(data.get("bytes", 0)),
             concurrent=bool(data.get("concurrent", False)),
+            ranks=None if data.get("ranks") is None else RankStats.from_dict(data["ranks"]),
         )
 
 
@@ -139,7 +213,10 @@ class Report:
     ``step_time`` the measured time between them (normalized like the nodes), or ``None``
     when no step was marked. ``throughput`` holds the interval's rates (``None`` without
     steps) and ``memory`` the memory sampled at the flush, in bytes (see
-    :mod:`instrument.memory` for the keys; empty when not sampled).
+    :mod:`instrument.memory` for the keys; empty when not sampled). With ``ranks`` other
+    than "local" in a process group, each node's ``ranks`` and the ``across`` mapping
+    (``"throughput.tokens_per_sec"``, ``"memory.device_peak_allocated"``, ...) hold the
+    values across ranks.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -153,6 +230,8 @@ class Report:
     world_size: int = 1
     throughput: Throughput | None = None
     memory: Mapping[str, int] = field(default_factory=dict)
+    ranks: str = "local"
+    across: Mapping[str, RankStats] = field(default_factory=dict)
     _by_path: dict[str, Node] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -213,6 +292,8 @@ class Report:
             "step_time": None if self.step_time is None else self.step_time.to_dict(),
             "throughput": None if self.throughput is None else self.throughput.to_dict(),
             "memory": dict(self.memory),
+            "ranks": self.ranks,
+            "across": {key: value.to_dict() for key, value in self.across.items()},
             "nodes": [node.to_dict() for node in self.nodes],
         }
 
@@ -241,4 +322,6 @@ class Report:
             world_size=int(data.get("world_size", 1)),
             throughput=None if rates is None else Throughput.from_dict(rates),
             memory={str(k): int(v) for k, v in (data.get("memory") or {}).items()},
+            ranks=str(data.get("ranks", "local")),
+            across={str(k): RankStats.from_dict(v) for k, v in (data.get("across") or {}).items()},
         )

@@ -8,11 +8,13 @@ build the tree with self times → normalize → filter by level → one frozen
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import numbers
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
@@ -136,6 +138,12 @@ class Reporter:
             device in ``instrument.peak_flops`` for ``peak_dtype`` (``None`` if unknown).
         peak_dtype: "bf16" (default), "fp16", "tf32", "fp32" or "fp8", for that lookup.
         memory: Sample host and device memory (current and interval peaks) at each flush.
+        group: The process group ``ranks`` combines over (default: the world). With
+            ``ranks`` other than "local" and a group of several ranks, ``flush()`` is
+            collective: every rank of the group must call it (as with Megatron's ``log``).
+        barrier: Wait at a barrier of ``barrier_group`` (default: the world) before each
+            flush, for at most ``barrier_timeout``; a timeout is logged with the missing
+            ranks and the flush goes on.
 
     Example:
         >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.Console()])
@@ -158,8 +166,16 @@ class Reporter:
         peak_flops: float | None = None,
         peak_dtype: str = "bf16",
         memory: bool = True,
+        group: Any = None,
+        barrier: bool = False,
+        barrier_group: Any = None,
+        barrier_timeout: timedelta | float = timedelta(seconds=60),
     ) -> None:
         self.every = _check_every(every)
+        self.group = group
+        self.barrier = bool(barrier)
+        self.barrier_group = barrier_group
+        self.barrier_timeout = barrier_timeout
         if warmup is None:
             warmup = 2 if self.every is None else min(2, self.every - 1)
         self.warmup = _check_count("warmup", warmup) or 0
@@ -266,6 +282,10 @@ class Reporter:
 
     def flush(self) -> Report:
         """Snapshot and reset the registry, build the report, hand it to every sink."""
+        if self.barrier and torch.distributed.is_available() and torch.distributed.is_initialized():
+            from instrument.distributed.barrier import barrier_with_timeout
+
+            barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
         collected = registry.collect()
         steps, step_ns = self._steps, self._step_ns
@@ -288,11 +308,40 @@ class Reporter:
             throughput=rates,
             memory=memory,
         )
+        report = self._across_ranks(report)
         self._emit(report)
         return report
 
+    def _across_ranks(self, report: Report) -> Report:
+        """Add each path's (and each rate's and memory field's) values across the ranks."""
+        from instrument.distributed import gather
+
+        if self.ranks == "local" or not gather.active(self.group):
+            return report
+        local = {node.path: node.total for node in report.nodes}
+        extras = _extras(report)
+        local.update(extras)
+        keys = [*report.paths(), *extras]
+        union, across = gather.across_ranks(local, keys, self.group, keep_all=self.ranks == "all")
+        by_path = {node.path: node for node in report.nodes}
+        nodes = []
+        for key in union:
+            if key.startswith("/"):
+                continue
+            node = by_path.get(key) or Node(path=key, host=EMPTY_STATS)
+            nodes.append(dataclasses.replace(node, ranks=across.get(key)))
+        extra_values = {key[1:].replace("/", "."): across[key] for key in union if key in across}
+        return dataclasses.replace(
+            report,
+            nodes=tuple(nodes),
+            ranks=self.ranks,
+            across={k: v for k, v in extra_values.items() if "." in k},
+        )
+
     def _emit(self, report: Report) -> None:
         for sink in self._sinks:
+            if not sink.wants(report.rank):
+                continue
             try:
                 sink.write(report)
             except Exception:
@@ -349,6 +398,24 @@ class Reporter:
             f"Reporter(every={self.every!r}, normalizer={self.normalizer!r}, "
             f"level={self.level!r}, ranks={self.ranks!r}, sinks={len(self._sinks)})"
         )
+
+
+EMPTY_STATS = Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _extras(report: Report) -> dict[str, float]:
+    """Rates and memory fields to combine across ranks, keyed "/throughput/<field>" and
+    "/memory/<key>" (a leading "/" never starts a region path)."""
+    out: dict[str, float] = {}
+    rates = report.throughput
+    if rates is not None:
+        for name in ("steps_per_sec", "samples_per_sec", "tokens_per_sec", "tflops", "mfu"):
+            value = getattr(rates, name)
+            if value is not None:
+                out[f"/throughput/{name}"] = float(value)
+    for key, value in report.memory.items():
+        out[f"/memory/{key}"] = float(value)
+    return out
 
 
 def _rank_and_world() -> tuple[int, int]:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from distributed_helpers import free_port
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -42,3 +43,21 @@ def test_train_lm_prints_the_auto_tree() -> None:
         assert name in text
     for name in ("zero_grad", "data", "(other)", "final loss", "tokens/s", "TFLOP/s"):
         assert name in text
+
+
+@pytest.mark.timeout(240)
+def test_ddp_torchrun_names_the_straggler() -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    command += [f"--master_port={free_port()}", str(EXAMPLES / "ddp_torchrun.py")]
+    command += ["--steps", "10", "--every", "5", "--straggler-ms", "40"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=220)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert text.count("step (5 steps)") == 2  # rank 0 prints; rank 1 does not
+    assert "ranks: minmax" in text
+    assert "slowest" in text
+    data_rows = [
+        line.split() for line in text.splitlines() if line.lstrip("├└─│ ").startswith("data")
+    ]
+    assert data_rows
+    assert all(row[-1] == "1" for row in data_rows)

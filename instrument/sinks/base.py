@@ -3,10 +3,30 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TextIO, cast
 
 from instrument.report import Report
+
+RankFilter = int | Collection[int] | str
+
+
+def check_rank_filter(ranks: object) -> RankFilter:
+    """Validate a sink's ``ranks``: "all", one rank (int >= 0), or a collection of ranks."""
+    if ranks == "all":
+        return "all"
+    if isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 0:
+        return ranks
+    if (
+        isinstance(ranks, Collection)
+        and not isinstance(ranks, str)
+        and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in ranks)
+    ):
+        return frozenset(ranks)
+    raise ValueError(
+        f"unknown ranks {ranks!r} for a sink; expected 'all', a rank (int >= 0) or a "
+        "collection of ranks"
+    )
 
 
 class Sink:
@@ -14,7 +34,22 @@ class Sink:
 
     A sink never reaches back into the registry: it gets a frozen report. If ``write``
     raises, the reporter logs it once and carries on with the other sinks.
+
+    ``ranks`` says which ranks' reports the sink receives: "all" (the default here), one
+    rank, or a collection of ranks (the reporter checks ``report.rank``). Without a process
+    group every report is rank 0's.
     """
+
+    ranks: RankFilter = "all"
+
+    def wants(self, rank: int) -> bool:
+        """Whether this sink receives the reports of ``rank``."""
+        ranks = self.ranks
+        if ranks == "all":
+            return True
+        if isinstance(ranks, int):
+            return rank == ranks
+        return rank in ranks
 
     def write(self, report: Report) -> None:
         """Receive one report."""
@@ -45,6 +80,7 @@ class _Duck(Sink):
 
     def __init__(self, target: Any) -> None:
         self.target = target
+        self.ranks = check_rank_filter(getattr(target, "ranks", "all"))
 
     def write(self, report: Report) -> None:
         self.target.write(report)

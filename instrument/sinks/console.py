@@ -6,7 +6,7 @@ import sys
 from typing import TextIO
 
 from instrument.report import Report
-from instrument.sinks.base import Sink
+from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 
 
 def supports_unicode(stream: TextIO) -> bool:
@@ -27,13 +27,23 @@ class Console(Sink):
     Args:
         stream: Where to write; ``None`` means ``sys.stdout`` at write time.
         unicode: Box-drawing lines; ``None`` decides from the stream's encoding.
+        ranks: Which ranks print: rank 0 by default, "all", a rank, or several.
 
-    Distributed: construct it on every rank; it prints what its rank's reporter produces.
+    Distributed: construct it on every rank (the reporter's flush may be collective); only
+    the ranks in ``ranks`` print. With ``Reporter(ranks="max")`` rank 0's tree already shows
+    every rank's min, max and slowest rank.
     """
 
-    def __init__(self, stream: TextIO | None = None, *, unicode: bool | None = None) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        unicode: bool | None = None,
+        ranks: RankFilter = 0,
+    ) -> None:
         self.stream = stream
         self.unicode = unicode
+        self.ranks = check_rank_filter(ranks)
 
     def write(self, report: Report) -> None:
         stream = self.stream if self.stream is not None else sys.stdout

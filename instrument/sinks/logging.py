@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from instrument.report import Report
-from instrument.sinks.base import Sink
+from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 
 
 class Logging(Sink):
@@ -17,13 +17,20 @@ class Logging(Sink):
     Args:
         logger: A logger or its name (default ``"instrument"``).
         level: The record's level (default ``logging.INFO``).
+        ranks: Which ranks log: rank 0 by default, "all", a rank, or several.
 
-    Distributed: construct it on every rank; each rank logs its own report.
+    Distributed: construct it on every rank; only the ranks in ``ranks`` log (``"all"``
+    when each rank writes its own log file).
     """
 
     def __init__(
-        self, logger: logging.Logger | str = "instrument", level: int = logging.INFO
+        self,
+        logger: logging.Logger | str = "instrument",
+        level: int = logging.INFO,
+        *,
+        ranks: RankFilter = 0,
     ) -> None:
+        self.ranks = check_rank_filter(ranks)
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
         if not isinstance(level, int):
             raise ValueError(f"level must be a logging level int, got {level!r}")
