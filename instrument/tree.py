@@ -22,6 +22,9 @@ class Row:
     max: float | None
     host: float | None = None
     bytes: int | None = None
+    rank_min: float | None = None
+    rank_max: float | None = None
+    slowest: int | None = None
 
 
 def children_by_parent(report: Report) -> dict[str, list[Node]]:
@@ -63,6 +66,9 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
                 max=node.max,
                 host=node.host.total if has_device else None,
                 bytes=node.bytes or None,
+                rank_min=node.rank_min,
+                rank_max=node.rank_max,
+                slowest=node.rank_argmax,
             )
         )
         below = kids.get(node.path, [])
@@ -124,8 +130,10 @@ def render_text(report: Report, *, unicode: bool = True, width: int | None = Non
     table = rows(report, unicode=unicode)
     has_device = any(row.host is not None for row in table)
     has_bytes = any(row.bytes is not None for row in table)
+    has_ranks = any(row.rank_max is not None for row in table)
     headers = ["total ms", "%", "calls", "mean ms", "max ms"]
     headers += (["host ms"] if has_device else []) + (["bytes"] if has_bytes else [])
+    headers += ["rank min ms", "rank max ms", "slowest"] if has_ranks else []
     cells = [
         [
             _ms(row.total),
@@ -136,6 +144,11 @@ def render_text(report: Report, *, unicode: bool = True, width: int | None = Non
         ]
         + ([_ms(row.host)] if has_device else [])
         + ([_size(row.bytes)] if has_bytes else [])
+        + (
+            [_ms(row.rank_min), _ms(row.rank_max), "" if row.slowest is None else str(row.slowest)]
+            if has_ranks
+            else []
+        )
         for row in table
     ]
     label_width = max([len(row.label) for row in table] + [len("region")])
@@ -202,13 +215,33 @@ def header_lines(report: Report) -> list[str]:
             held.append(f"{memory['device_ooms']} OOMs")
         if held:
             lines.append("memory: " + " · ".join(held))
+    spread = [
+        f"{key.split('.', 1)[1]} {_num(v.rank_min)}..{_num(v.rank_max)}"
+        f" (lowest rank {v.rank_argmin})"
+        for key, v in report.across.items()
+        if key in ("throughput.tokens_per_sec", "throughput.samples_per_sec", "throughput.mfu")
+    ]
+    device_peak = report.across.get("memory.device_peak_allocated")
+    if device_peak is not None:
+        spread.append(
+            f"cuda peak {_size(int(device_peak.rank_min))}..{_size(int(device_peak.rank_max))}"
+            f" (highest rank {device_peak.rank_argmax})"
+        )
+    if spread:
+        lines.append(f"across {report.world_size} ranks: " + " · ".join(spread))
     return lines
+
+
+def _num(value: float) -> str:
+    return f"{value:.3g}"
 
 
 def _title(report: Report) -> str:
     parts = [f"instrument report #{report.index}"]
     if report.world_size > 1:
         parts.append(f"rank {report.rank}/{report.world_size}")
+    if report.ranks != "local" and any(node.ranks is not None for node in report.nodes):
+        parts.append(f"ranks: {report.ranks}")
     if report.steps:
         parts.append(f"{report.steps} steps")
     if report.normalizer == "steps":
