@@ -18,26 +18,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from instrument.distributed.barrier import metadata_group
 from instrument.hooks.collectives import suppressed
 from instrument.report import RankStats
 
 ABSENT = float("nan")
-
-
-_meta_groups: dict[Any, Any] = {}
-
-
-def metadata_group(group: Any = None) -> Any:
-    """A gloo group over the ranks of ``group`` (default: the world) for metadata, made once
-    (collectively: on first use every rank of the group is here) — or ``group`` itself when
-    it is already gloo."""
-    if dist.get_backend(group) == "gloo":
-        return group
-    found = _meta_groups.get(group)
-    if found is None:
-        ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
-        found = _meta_groups[group] = dist.new_group(ranks, backend="gloo")
-    return found
 
 
 def active(group: Any = None) -> bool:
