@@ -15,7 +15,7 @@ import asyncio
 import io
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any
 
 import instrument
@@ -250,6 +250,23 @@ def check_auto() -> None:
     assert list(batches) == [1, 2, 3]
 
 
+def check_throughput_and_ranks() -> None:
+    reporter = instrument.Reporter(
+        every=None, warmup=0, flops_per_step=1e9, peak_flops=1e12, ranks="minmax"
+    )
+    instrument.count(samples=4, tokens=128)
+    instrument.step(samples=4)
+    report = reporter.flush()
+    rates = report.throughput
+    assert rates is not None
+    assert_type(rates, instrument.Throughput)
+    assert_type(rates.samples_per_sec, float | None)
+    memory: Mapping[str, int] = report.memory
+    assert "host_rss" in memory
+    with instrument.timed("sync", barrier=True, barrier_timeout=5.0):
+        pass
+
+
 def check_reporter() -> None:
     memory = instrument.sinks.InMemory()
     stream = io.StringIO()
@@ -440,6 +457,7 @@ def main() -> None:
     reset()
     for check in (
         check_auto,
+        check_throughput_and_ranks,
         check_context_manager,
         check_named_decorator,
         check_bare_and_optioned_decorators,
