@@ -24,14 +24,16 @@ def _train(model: torch.nn.Module) -> instrument.Report:
 
 
 def fsdp_worker(rank: int, world_size: int) -> dict[str, Any]:
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 
     warnings.simplefilter("ignore", UserWarning)
+    mesh = init_device_mesh("cpu", (world_size,))  # CPU even where CUDA is present
     torch.manual_seed(0)
     model = TinyLM()
     for layer in model.encoder.layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     fsdp2 = _train(model)
     torch.manual_seed(0)
     wrapped = FullyShardedDataParallel(TinyLM(), device_id=torch.device("cpu"))
