@@ -2,9 +2,10 @@
 
 torchrun --nproc_per_node=2 examples/ddp_torchrun.py [--steps 20] [--every 10] [--straggler-ms 20]
 
-Gloo on CPU, NCCL on GPUs. Rank 1 is made a straggler in data loading (``--straggler-ms``),
-so the tree's ``slowest`` column points at it for ``data`` — and, through the gradient
-all-reduce that waits for it, shows the other ranks waiting.
+NCCL when every process has its own GPU, else gloo on CPU. Rank 1 is made a straggler in
+data loading (``--straggler-ms``), so the tree's ``slowest`` column points at it for
+``data`` — and, through the gradient all-reduce that waits for it, shows the other ranks
+waiting.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def main() -> None:
     parser.add_argument("--straggler-ms", type=float, default=20.0)
     args = parser.parse_args()
 
-    cuda = torch.cuda.is_available()
+    # NCCL with one GPU per process; gloo on CPU otherwise (e.g. 2 processes, 1 GPU)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= local_world
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else None
