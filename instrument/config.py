@@ -11,20 +11,24 @@ import threading
 import time
 from typing import Any
 
-from instrument import _state, clocks, region
+from instrument import _state, clocks, observe, region
 
 _UNSET: Any = object()
 
 
-def configure(*, clock: object = _UNSET, level: int | None = _UNSET) -> None:
-    """Set the default clock and the recording level.
+def configure(*, clock: object = _UNSET, level: int | None = _UNSET, nvtx: bool = _UNSET) -> None:
+    """Set the default clock, the recording level, and NVTX ranges.
 
     Args:
         clock: "auto" (default: "cuda" when CUDA is available and initialised, else "cpu"),
             "cpu", "cuda", "sync", or a ``Clock`` object (``now_ns()``) to use as the host
             clock, e.g. ``instrument.testing.FakeClock``.
         level: Regions whose ``level`` is above this are skipped; ``None`` records all.
+        nvtx: Push an NVTX range per region (``torch.cuda.nvtx``), so Nsight Systems shows
+            the same tree; a no-op, warned once, without a CUDA build of torch.
     """
+    if nvtx is not _UNSET and not isinstance(nvtx, bool):
+        raise ValueError(f"nvtx must be True or False, got {nvtx!r}")
     if clock is not _UNSET:
         clocks.check_clock(clock)
     if level is not _UNSET and level is not None:
@@ -35,16 +39,19 @@ def configure(*, clock: object = _UNSET, level: int | None = _UNSET) -> None:
         _state.now = clock.now_ns if isinstance(clock, clocks.Clock) else time.perf_counter_ns
     if level is not _UNSET:
         _state.level = level
+    if nvtx is not _UNSET:
+        observe.set_nvtx(nvtx)
     region.apply_all()
 
 
 def current() -> dict[str, Any]:
-    """The configuration now in force: ``{"clock", "mode", "level", "enabled"}``."""
+    """The configuration now in force: ``{"clock", "mode", "level", "enabled", "nvtx"}``."""
     return {
         "clock": _state.requested_clock,
         "mode": _state.mode,
         "level": _state.level,
         "enabled": _state.enabled,
+        "nvtx": observe.nvtx_all,
     }
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 import torch
 import wrapt
 
-from instrument import _state, clocks, registry
+from instrument import _state, clocks, observe, registry
 from instrument._native import speedups
 from instrument.registry import CHUNK, ROOT, PathNode, fold
 
@@ -136,6 +136,8 @@ def _close(frame: Frame) -> None:
     start_event = frame[4]
     end_event = clocks.record_event() if start_event is not None else None
     t1 = owner._now()
+    if owner.observed or observe._open or observe.trace is not None:
+        observe.exited(frame, t1)
     _unlink(frame)
     node = frame[0]
     if end_event is not None:
@@ -165,6 +167,7 @@ class Region(RegionBase):
 
     __slots__ = ()
     mode: ClassVar[str | None] = None
+    observed: ClassVar[bool] = False  # also traced / NVTX / profiler ranges (observe.py)
 
     def __init__(self, name: str, clock: object = None, level: int = 0) -> None:
         self.name = name
@@ -202,6 +205,8 @@ class Region(RegionBase):
         event = clocks.record_event() if mode == "cuda" else None
         frame: Frame = (node, self._now(), parent, self, event)
         _set(frame)
+        if self.observed:
+            observe.entered(self, frame)
         return frame
 
     def _exit_top(self) -> None:
@@ -296,6 +301,29 @@ class SyncRegion(DeviceRegion):
     mode = "sync"
 
 
+class ObservedCpuRegion(DeviceRegion):
+    """A host-clock region while something watches (trace, NVTX, profiler): the generic
+    path, which tells :mod:`instrument.observe` about each enter and exit."""
+
+    __slots__ = ()
+    mode = CPU
+    observed = True
+
+
+class ObservedCudaRegion(CudaRegion):
+    """A "cuda" region while something watches."""
+
+    __slots__ = ()
+    observed = True
+
+
+class ObservedSyncRegion(SyncRegion):
+    """A "sync" region while something watches."""
+
+    __slots__ = ()
+    observed = True
+
+
 class SkippedRegion(Region):
     """Disabled, or above the configured level: costs a call and a return."""
 
@@ -334,6 +362,11 @@ _MODE_CLASSES: dict[str, type[Region]] = {
     "cuda": CudaRegion,
     "sync": SyncRegion,
 }
+_OBSERVED_CLASSES: dict[str, type[Region]] = {
+    "cpu": ObservedCpuRegion,
+    "cuda": ObservedCudaRegion,
+    "sync": ObservedSyncRegion,
+}
 
 # default-option regions by name (the fast lookup), others by (name, clock, level)
 _by_name: dict[str, Region] = {}
@@ -346,10 +379,9 @@ def apply(region: Region, *, warn: bool = False) -> None:
     cls: type[Region]
     if not _state.enabled or (_state.level is not None and region.level > _state.level):
         cls = SkippedRegion
-    elif region.clock is None:
-        cls = _MODE_CLASSES[_state.mode]
     else:
-        cls = _MODE_CLASSES[clocks.resolve(region.clock, warn=warn)[0]]
+        mode = _state.mode if region.clock is None else clocks.resolve(region.clock, warn=warn)[0]
+        cls = (_OBSERVED_CLASSES if observe.watches(region) else _MODE_CLASSES)[mode]
     region._now = _state.now
     region.__class__ = cls
 
@@ -421,7 +453,7 @@ def _is_decoratable(obj: object) -> bool:
 @overload
 def timed(name: F, /) -> F: ...
 @overload
-def timed(name: str, /, *, clock: object = None, level: int = 0) -> Region: ...
+def timed(name: str, /, *, clock: object = None, level: int = 0, nvtx: bool = False) -> Region: ...
 @overload
 def timed(
     name: str,
@@ -429,6 +461,7 @@ def timed(
     *,
     clock: object = None,
     level: int = 0,
+    nvtx: bool = False,
     barrier: bool,
     barrier_group: Any = None,
     barrier_timeout: timedelta | float = ...,
@@ -441,6 +474,7 @@ def timed(
     *,
     clock: object = None,
     level: int = 0,
+    nvtx: bool = False,
     barrier: bool = False,
     barrier_group: Any = None,
     barrier_timeout: timedelta | float = BARRIER_TIMEOUT,
@@ -453,6 +487,9 @@ def timed(
         clock: "cpu", "cuda", "sync", "auto", or a ``Clock``; ``None`` follows
             ``instrument.configure(clock=...)``.
         level: Regions above the configured level (``configure(level=...)``) are skipped.
+        nvtx: Also push an NVTX range named like the region on each enter (Nsight
+            Systems), from now on for every use of this name; ``configure(nvtx=True)`` does
+            it for all regions. A no-op (warned once) without a CUDA build of torch.
         barrier: Wait at a barrier of ``barrier_group`` before the region starts (Megatron's
             ``timers(name, barrier=True)``), never longer than ``barrier_timeout``; the wait
             is recorded as the child ``<name>/barrier``, outside the region's own time.
@@ -465,6 +502,10 @@ def timed(
         >>> with instrument.timed("step"):
         ...     y = forward(3)
     """
+    if nvtx:
+        if not isinstance(name, str):
+            raise TypeError("timed(..., nvtx=True) needs a region name: timed('name', ...)")
+        observe.add_nvtx_region(region_for(check_name(name), clock, level))
     if barrier:
         if not isinstance(name, str):
             raise TypeError("timed(..., barrier=True) needs a region name: timed('name', ...)")
@@ -577,9 +618,8 @@ def _sync_wrapper(region: Region) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         r = region
-        mode = r.mode
-        if mode is not CPU:
-            if mode is None:
+        if r.__class__ is not CpuRegion:
+            if r.mode is None:
                 return wrapped(*args, **kwargs)
             return r._call(wrapped, args, kwargs)
         parent = _get()

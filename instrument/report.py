@@ -211,12 +211,13 @@ class Report:
     ``nodes`` are in tree order (parents before children). ``report[path]`` gives a
     :class:`Node`; ``steps`` is the number of ``step()`` ticks in the interval and
     ``step_time`` the measured time between them (normalized like the nodes), or ``None``
-    when no step was marked. ``throughput`` holds the interval's rates (``None`` without
-    steps) and ``memory`` the memory sampled at the flush, in bytes (see
-    :mod:`instrument.memory` for the keys; empty when not sampled). With ``ranks`` other
-    than "local" in a process group, each node's ``ranks`` and the ``across`` mapping
-    (``"throughput.tokens_per_sec"``, ``"memory.device_peak_allocated"``, ...) hold the
-    values across ranks.
+    when no step was marked; ``step`` counts every step the reporter has seen up to this
+    report (the x axis of TensorBoard, wandb and ``instrument plot``). ``throughput`` holds
+    the interval's rates (``None`` without steps) and ``memory`` the memory sampled at the
+    flush, in bytes (see :mod:`instrument.memory` for the keys; empty when not sampled).
+    With ``ranks`` other than "local" in a process group, each node's ``ranks`` and the
+    ``across`` mapping (``"throughput.tokens_per_sec"``, ``"memory.device_peak_allocated"``,
+    ...) hold the values across ranks.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -224,6 +225,7 @@ class Report:
     step_time: Stats | None = None
     normalizer: float | str = 1.0
     index: int = 0
+    step: int = 0
     start_time: float = 0.0
     end_time: float = 0.0
     rank: int = 0
@@ -283,6 +285,7 @@ class Report:
         return {
             "version": FORMAT_VERSION,
             "index": self.index,
+            "step": self.step,
             "steps": self.steps,
             "normalizer": self.normalizer,
             "start_time": self.start_time,
@@ -316,6 +319,7 @@ class Report:
             step_time=None if step_time is None else Stats.from_dict(step_time),
             normalizer=normalizer if isinstance(normalizer, str) else float(normalizer),
             index=int(data.get("index", 0)),
+            step=int(data.get("step", 0)),
             start_time=float(data.get("start_time", 0.0)),
             end_time=float(data.get("end_time", 0.0)),
             rank=int(data.get("rank", 0)),

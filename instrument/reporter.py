@@ -7,6 +7,7 @@ build the tree with self times → normalize → filter by level → one frozen
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import logging
@@ -24,6 +25,7 @@ from instrument import _state, clocks, config, registry, throughput
 from instrument.memory import MemorySampler
 from instrument.report import Node, Report
 from instrument.sinks.base import Sink, as_sink
+from instrument.sinks.files import rank_and_world
 from instrument.stats import Accumulator, Stats
 from instrument.throughput import Throughput
 
@@ -202,6 +204,7 @@ class Reporter:
         self._lock = threading.Lock()
         self._index = 0
         self._closed = False
+        self._exiting = False  # set by the flush at interpreter exit
         self._reset_interval()
         config.refresh_auto_clock()
         with _live_lock:
@@ -282,7 +285,12 @@ class Reporter:
 
     def flush(self) -> Report:
         """Snapshot and reset the registry, build the report, hand it to every sink."""
-        if self.barrier and torch.distributed.is_available() and torch.distributed.is_initialized():
+        if (
+            self.barrier
+            and not self._exiting
+            and torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+        ):
             from instrument.distributed.barrier import barrier_with_timeout
 
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
@@ -303,6 +311,7 @@ class Reporter:
             normalizer=self.normalizer,
             level=self.level,
             index=self._index,
+            step=self._run_steps,
             start_time=start_wall,
             end_time=self._start_wall,
             throughput=rates,
@@ -316,7 +325,7 @@ class Reporter:
         """Add each path's (and each rate's and memory field's) values across the ranks."""
         from instrument.distributed import gather
 
-        if self.ranks == "local" or not gather.active(self.group):
+        if self.ranks == "local" or self._exiting or not gather.active(self.group):
             return report
         local = {node.path: node.total for node in report.nodes}
         extras = _extras(report)
@@ -371,6 +380,12 @@ class Reporter:
                 logger.exception("instrument: closing sink %r failed", sink)
         return report
 
+    def _close_at_exit(self) -> None:
+        """The last flush, at interpreter exit: this rank's own report only (the other
+        ranks may be gone, so no barrier and no gather), then the sinks are closed."""
+        self._exiting = True
+        self.close()
+
     def _detach(self) -> None:
         """Stop receiving steps without flushing or closing sinks (``testing.reset``)."""
         self._closed = True
@@ -400,6 +415,17 @@ class Reporter:
         )
 
 
+def _flush_at_exit() -> None:
+    """Nothing is lost at normal interpreter exit: every live reporter flushes once more."""
+    for reporter in live_reporters():
+        try:
+            reporter._close_at_exit()
+        except Exception:
+            logger.exception("instrument: the flush at exit of %r failed", reporter)
+
+
+atexit.register(_flush_at_exit)
+
 EMPTY_STATS = Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
@@ -418,13 +444,6 @@ def _extras(report: Report) -> dict[str, float]:
     return out
 
 
-def _rank_and_world() -> tuple[int, int]:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def build_report(
     collected: list[registry.Collected],
     *,
@@ -433,6 +452,7 @@ def build_report(
     normalizer: float | str,
     level: int | None,
     index: int = 0,
+    step: int = 0,
     start_time: float = 0.0,
     end_time: float = 0.0,
     throughput: Throughput | None = None,
@@ -490,13 +510,14 @@ def build_report(
         acc = Accumulator()
         acc.add_batch(step_ns)
         step_time = scale(acc.to_stats())
-    rank, world = _rank_and_world()
+    rank, world = rank_and_world()
     return Report(
         nodes=tuple(nodes),
         steps=steps,
         step_time=step_time,
         normalizer=normalizer,
         index=index,
+        step=step,
         start_time=start_time,
         end_time=end_time,
         rank=rank,

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from instrument import _state, clocks, config, region, registry, reporter
+from instrument import _state, clocks, config, observe, region, registry, reporter
 from instrument.auto import installed_handles
+from instrument.compat import feed as compat_feed
 from instrument.report import Report
 from instrument.sinks.memory import InMemory
 
@@ -81,6 +82,8 @@ def reset() -> None:
         handle.remove()
     _state.enabled = True
     _state.level = None
+    observe.reset()
+    compat_feed.to_registry(False)
     config.configure(clock="auto")
     registry.clear()
     region._set(region.ROOT_FRAME)

@@ -1,0 +1,208 @@
+"""What a region also does while something watches: trace events, NVTX ranges, and
+``torch.profiler`` ranges.
+
+All three are off by default and then cost nothing: a region is swapped to an *observed*
+class (see :func:`instrument.region.apply`) only while
+
+- a :class:`~instrument.sinks.ChromeTrace` sink is open (every region appends one event to
+  a bounded ring, :data:`trace`),
+- NVTX is asked for, for every region (``configure(nvtx=True)``) or for one
+  (``timed(name, nvtx=True)``): ``torch.cuda.nvtx`` ranges, so Nsight Systems shows the tree,
+- a ``torch.profiler`` / ``torch.autograd.profiler`` session runs: regions open a
+  ``record_function`` range and appear in its trace. The profiler's own start/stop callbacks
+  tell us (wrapped once, at import), so no region ever checks the profiler state.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import warnings
+from typing import Any
+
+import torch
+
+#: The default capacity of the trace ring (events; ~100 bytes each).
+TRACE_CAPACITY = 200_000
+
+#: One trace event: (path node, start ns, end ns, native thread id).
+TraceEvent = tuple[Any, int, int, int]
+
+#: The ring of recent trace events while a trace sink is open, else ``None``.
+trace: collections.deque[TraceEvent] | None = None
+#: Events appended to the ring since tracing started (``- len(trace)`` were dropped).
+trace_recorded = 0
+_tracers: dict[int, int] = {}  # id(sink) -> capacity it asked for
+
+#: NVTX for every region (``configure(nvtx=True)``), and the regions that asked for it.
+nvtx_all = False
+nvtx_regions: set[Any] = set()
+#: A profiler session is running.
+profiling = False
+
+# (path node, start ns) of an open observed region -> (pushed an NVTX range, profiler range)
+_open: dict[tuple[Any, int], tuple[bool, Any]] = {}
+_get_native_id = threading.get_native_id
+_warned: set[str] = set()
+
+
+def nvtx_available() -> bool:
+    """Whether this torch build has NVTX (a CUDA build; no GPU needed to call it)."""
+    return hasattr(torch._C, "_nvtx")
+
+
+def watches(region: Any) -> bool:
+    """Whether ``region`` must run as an observed region under the current switches."""
+    return (
+        trace is not None
+        or profiling
+        or ((nvtx_all or region in nvtx_regions) and nvtx_available())
+    )
+
+
+def _reapply() -> None:
+    from instrument import region
+
+    region.apply_all()
+
+
+# -- the hot path of observed regions (only while something watches) ----------------------
+
+
+def entered(region: Any, frame: tuple[Any, ...]) -> None:
+    """A region opened: push its NVTX range and its profiler range."""
+    pushed = (nvtx_all or region in nvtx_regions) and nvtx_available()
+    if pushed:
+        torch.cuda.nvtx.range_push(region.name)  # type: ignore[no-untyped-call]
+    ranged = None
+    if profiling:
+        ranged = _record_function(region.name)
+        ranged.__enter__()
+    if pushed or ranged is not None:
+        _open[(frame[0], frame[1])] = (pushed, ranged)
+
+
+def exited(frame: tuple[Any, ...], t1: int) -> None:
+    """A region closed at ``t1``: close its ranges, append its trace event."""
+    global trace_recorded
+    if _open:
+        opened = _open.pop((frame[0], frame[1]), None)
+        if opened is not None:
+            pushed, ranged = opened
+            if ranged is not None:
+                ranged.__exit__(None, None, None)
+            if pushed:
+                torch.cuda.nvtx.range_pop()  # type: ignore[no-untyped-call]
+    ring = trace
+    if ring is not None:
+        ring.append((frame[0], frame[1], t1, _get_native_id()))
+        trace_recorded += 1
+
+
+def _record_function(name: str) -> Any:
+    fast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+    if fast is not None:
+        return fast(name)
+    return torch.autograd.profiler.record_function(name)
+
+
+# -- switches ------------------------------------------------------------------------------
+
+
+def start_trace(owner: object, capacity: int = TRACE_CAPACITY) -> None:
+    """Record trace events for ``owner`` (a trace sink) in a ring of ``capacity`` events
+    (the largest capacity asked for by the open sinks)."""
+    global trace, trace_recorded
+    _tracers[id(owner)] = capacity
+    size = max(_tracers.values())
+    if trace is None:
+        trace, trace_recorded = collections.deque(maxlen=size), 0
+        _reapply()
+    elif trace.maxlen != size:
+        trace = collections.deque(trace, maxlen=size)
+
+
+def stop_trace(owner: object) -> None:
+    """``owner`` no longer needs trace events; the last one to stop turns tracing off."""
+    global trace
+    _tracers.pop(id(owner), None)
+    if not _tracers and trace is not None:
+        trace = None
+        _reapply()
+
+
+def trace_dropped() -> int:
+    """Events recorded since tracing started that the ring no longer holds."""
+    return 0 if trace is None else max(trace_recorded - len(trace), 0)
+
+
+def set_nvtx(enabled: bool) -> None:
+    """NVTX ranges for every region (``configure(nvtx=...)``); warns once without NVTX."""
+    global nvtx_all
+    if enabled:
+        _check_nvtx()
+    nvtx_all = enabled
+
+
+def add_nvtx_region(region: Any) -> None:
+    """NVTX ranges for this one region (``timed(name, nvtx=True)``); sticks to the region."""
+    _check_nvtx()
+    if region not in nvtx_regions:
+        nvtx_regions.add(region)
+        _reapply()
+
+
+def _check_nvtx() -> None:
+    if not nvtx_available() and "nvtx" not in _warned:
+        _warned.add("nvtx")
+        warnings.warn(
+            "instrument: NVTX ranges need a CUDA build of torch (torch.cuda.nvtx); "
+            "regions run without them",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def _set_profiling(enabled: bool) -> None:
+    global profiling
+    if enabled != profiling:
+        profiling = enabled
+        if not enabled:
+            _open.clear()  # ranges of regions still open belong to the stopped session
+        _reapply()
+
+
+def _wrap_profiler_callbacks() -> None:
+    """Follow the profiler's start/stop (torch calls these module functions on both)."""
+    module = torch.autograd.profiler
+    start = getattr(module, "_run_on_profiler_start", None)
+    stop = getattr(module, "_run_on_profiler_stop", None)
+    if start is None or stop is None or getattr(start, "_instrument", False):
+        return
+
+    def on_start() -> None:
+        start()
+        _set_profiling(True)
+
+    def on_stop() -> None:
+        stop()
+        _set_profiling(False)
+
+    on_start._instrument = True  # type: ignore[attr-defined]
+    on_stop._instrument = True  # type: ignore[attr-defined]
+    module._run_on_profiler_start = on_start
+    module._run_on_profiler_stop = on_stop
+
+
+def reset() -> None:
+    """Everything off (``testing.reset``); the profiler state is left to the profiler."""
+    global trace, nvtx_all
+    _tracers.clear()
+    trace, nvtx_all = None, False
+    nvtx_regions.clear()
+    _open.clear()
+    _warned.clear()
+
+
+_wrap_profiler_callbacks()
+profiling = bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))

@@ -1,0 +1,36 @@
+"""Where a file sink writes: one file per rank when several ranks run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+
+def rank_path(path: str | os.PathLike[str], rank: int, world_size: int) -> Path:
+    """The file rank ``rank`` writes for ``path``.
+
+    A ``{rank}`` placeholder is filled in; otherwise a single process uses ``path`` as is
+    and with several ranks ``.rank<R>`` goes before the suffix (``run.jsonl`` →
+    ``run.rank1.jsonl``), so ranks never write to the same file.
+
+    Example:
+        >>> rank_path("logs/run.jsonl", 1, 4).as_posix()
+        'logs/run.rank1.jsonl'
+    """
+    text = os.fspath(path)
+    if "{rank}" in text:
+        return Path(text.replace("{rank}", str(rank)))
+    plain = Path(text)
+    if world_size <= 1:
+        return plain
+    return plain.with_name(f"{plain.stem}.rank{rank}{plain.suffix}")
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's global rank and the world size (0, 1 without a process group)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
