@@ -92,10 +92,16 @@ def check_level(level: object) -> int:
     return level
 
 
-def _warn_once(key: str, message: str) -> None:
+def warn_once(key: str, message: str, *, stacklevel: int = 3) -> None:
+    """Warn ``message`` (a ``RuntimeWarning``) the first time ``key`` is seen in this process;
+    ``instrument.testing.reset()`` forgets the keys. ``stacklevel`` is as for ``warnings.warn``
+    called here."""
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
+
+
+_warn_once = warn_once
 
 
 def _same(a: Frame, b: Frame) -> bool:

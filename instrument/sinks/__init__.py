@@ -1,10 +1,24 @@
-"""Where reports go: the console tree, Python logging, memory, trace files, or any
-``write(report)``."""
+"""Where reports go: the console tree, Python logging, memory, JSON lines, TensorBoard,
+wandb, trace files, or any ``write(report)``."""
 
 from instrument.sinks.base import CallableSink, Sink, as_sink
 from instrument.sinks.console import Console
+from instrument.sinks.jsonl import JSONL
 from instrument.sinks.logging import Logging
 from instrument.sinks.memory import InMemory
+from instrument.sinks.tensorboard import TensorBoard
 from instrument.sinks.trace import ChromeTrace
+from instrument.sinks.wandb import WandB
 
-__all__ = ["CallableSink", "ChromeTrace", "Console", "InMemory", "Logging", "Sink", "as_sink"]
+__all__ = [
+    "JSONL",
+    "CallableSink",
+    "ChromeTrace",
+    "Console",
+    "InMemory",
+    "Logging",
+    "Sink",
+    "TensorBoard",
+    "WandB",
+    "as_sink",
+]

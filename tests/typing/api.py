@@ -452,6 +452,37 @@ def check_testing_helpers() -> None:
     reset()
 
 
+def check_sinks_and_compat() -> None:
+    """The file sinks, NVTX switch and compat timers, as a user types them."""
+    import tempfile
+    from pathlib import Path
+
+    from instrument.compat.megatron import Timers
+    from instrument.compat.nanotron import nanotron_timer
+    from instrument.sinks import JSONL, ChromeTrace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sinks: list[instrument.sinks.Sink] = [
+            JSONL(Path(tmp) / "run.jsonl"),
+            ChromeTrace(Path(tmp) / "trace.json", max_events=1000),
+        ]
+        reporter = instrument.Reporter(every=None, sinks=sinks)
+        with instrument.timed("step"):
+            pass
+        report: instrument.Report = reporter.flush()
+        step: int = report.step
+        assert step == 0
+        reporter.close()
+    instrument.configure(nvtx=False)
+    timers = Timers(log_level=2, log_option="minmax")
+    timers("forward").start()
+    timers("forward").stop()
+    seconds: float = timers("forward").elapsed()
+    assert seconds >= 0.0
+    record = nanotron_timer("x", timer_type="cpu")
+    assert record.name == "x"
+
+
 def main() -> None:
     """Run every check once, from a clean state."""
     reset()
@@ -469,6 +500,7 @@ def main() -> None:
         check_report_and_node,
         check_stats,
         check_testing_helpers,
+        check_sinks_and_compat,
     ):
         reset()
         check()

@@ -1,0 +1,112 @@
+"""JSONL: one JSON line per report, appended and flushed at once."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+from instrument.report import Report
+from instrument.sinks.base import RankFilter, Sink, check_rank_filter
+from instrument.sinks.files import rank_path
+
+
+def encode(report: Report) -> str:
+    """``report.to_dict()`` as one line of strict JSON (no ``NaN`` or ``Infinity`` tokens).
+
+    A report never holds a non-finite number in practice; if one slips in, it is written as
+    ``null`` so that every JSON parser still reads the line.
+    """
+    data = report.to_dict()
+    try:
+        return json.dumps(data, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        return json.dumps(_finite(data), allow_nan=False, separators=(",", ":"))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN / ±inf float, at any depth, replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+class JSONL(Sink):
+    """Append each report to a file as one line of JSON (:meth:`Report.to_dict`).
+
+    The file is opened on the first report (parent directories created) in append mode, so
+    an existing file keeps its lines. Every line is flushed to the operating system as soon
+    as it is written: a crash or a killed job loses nothing already reported (``fsync`` is
+    not called, so a power cut may). Read a line back with
+    ``Report.from_dict(json.loads(line))``, or view the file with
+    ``python -m instrument show | diff | plot``.
+
+    Args:
+        path: The file (``str`` or path-like), conventionally ``*.jsonl``.
+        ranks: Which ranks write: "all" (the default), one rank, or a collection of ranks.
+
+    Distributed: construct it on every rank; it calls no collective. In a single process
+    ``path`` is used as is. With several ranks each rank writes its own file: a ``{rank}``
+    placeholder in ``path`` is filled in, otherwise ``.rank<R>`` goes before the suffix
+    (``run.jsonl`` → ``run.rank1.jsonl``), so ranks never share a file.
+
+    :meth:`close` closes the file; a report written after it opens the file again and
+    appends, so one sink may outlive a reporter or be shared by two.
+
+    Example:
+        >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.JSONL("run.jsonl")])
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, ranks: RankFilter = "all") -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"JSONL needs a file path (str or os.PathLike), got {path!r}")
+        text = os.fspath(path)
+        if not isinstance(text, str):
+            raise TypeError(f"JSONL needs a text path, got the bytes path {text!r}")
+        if not text:
+            raise ValueError("JSONL needs a file path, got an empty string")
+        self.path = text
+        self.ranks = check_rank_filter(ranks)
+        self.written: Path | None = None  # the file the last report went to
+        self._file: TextIO | None = None
+        self._lock = threading.Lock()
+
+    def write(self, report: Report) -> None:
+        line = encode(report) + "\n"
+        target = rank_path(self.path, report.rank, report.world_size)
+        with self._lock:
+            file = self._file
+            if file is None or self.written != target:
+                file = self._open(target)
+            file.write(line)
+            file.flush()
+
+    def _open(self, target: Path) -> TextIO:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(target, "a", encoding="utf-8")  # noqa: SIM115 - kept open across writes
+        self.written = target
+        return self._file
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __repr__(self) -> str:
+        return f"JSONL({self.path!r})"

@@ -1,0 +1,139 @@
+"""A report flattened into ``{tag: float}``: the scalars TensorBoard and wandb log.
+
+Tags, with ``<path>`` the region's path (``step/forward``):
+
+- ``time/<path>/total_ms``, ``self_ms``, ``mean_ms``, ``max_ms``, ``p90_ms`` and ``count``:
+  the primary statistics (device time for a region on the "cuda" clock, host otherwise);
+  left out for a path this rank never ran (it is in the report only through a gather).
+- ``time_host/<path>/...`` and ``time_device/<path>/...`` (``total_ms``, ``mean_ms``,
+  ``max_ms``, ``p90_ms``): host and device time side by side, for regions with device time.
+- ``time/<path>/rank_min_ms``, ``rank_max_ms``, ``rank_mean_ms`` and ``rank_argmax`` (the
+  slowest rank): the path's total across ranks, when the report was gathered.
+- ``step_time/total_ms``, ``mean_ms``, ``max_ms``, ``p90_ms``, ``count`` (steps in the
+  interval) and ``other_ms`` (step time no top-level region covered), when steps were marked.
+- ``throughput/<field>``: ``steps_per_sec``, ``samples_per_sec``, ``tokens_per_sec``,
+  ``tflops``, ``mfu`` (those that are known).
+- ``memory/<key>_gib`` for the byte counts of ``report.memory`` (GiB = 2**30 bytes), and
+  ``memory/device_alloc_retries`` / ``memory/device_ooms`` as plain counts.
+- ``across/<tag>/rank_min``, ``rank_max``, ``rank_mean``, ``rank_argmin``, ``rank_argmax``
+  for each value of ``report.across``, ``<tag>`` being its own tag above
+  (``across/throughput/tokens_per_sec/rank_min``, ``across/memory/host_rss_gib/rank_max``).
+
+Region names become tag segments that TensorBoard's tag rule accepts (letters, digits,
+``_ . -``): every other run of characters becomes ``_`` inside a name and is dropped at its
+ends, so ``all_reduce (async)`` becomes ``all_reduce_async``. Two names that clean to the same
+segment under one parent keep apart by a ``_2``, ``_3``... suffix on the later one. NaN and
+infinite values are left out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from instrument.report import RankStats, Report
+from instrument.stats import Stats
+
+MS = 1e3
+GIB = float(2**30)
+THROUGHPUT_FIELDS = ("steps_per_sec", "samples_per_sec", "tokens_per_sec", "tflops", "mfu")
+MEMORY_COUNTS = frozenset({"device_alloc_retries", "device_ooms"})
+_INVALID = re.compile(r"[^\w.\-]+")
+
+
+def global_step(report: Report) -> int:
+    """The x axis of a report: the steps seen up to it, or its index when no step was marked."""
+    return report.step if report.step > 0 else report.index
+
+
+def tag_segment(name: str) -> str:
+    """``name`` with the characters a tag cannot hold replaced (``"a (b)"`` → ``"a_b"``)."""
+    return "_".join(part for part in _INVALID.split(name) if part) or "_"
+
+
+class _PathTags:
+    """Region path → tag path, each segment cleaned and kept apart from its siblings."""
+
+    def __init__(self) -> None:
+        self._by_path: dict[str, str] = {}
+        self._taken: set[str] = set()
+
+    def __call__(self, path: str) -> str:
+        tag = self._by_path.get(path)
+        if tag is not None:
+            return tag
+        parent, _, name = path.rpartition("/")
+        base = (self(parent) + "/" if parent else "") + tag_segment(name)
+        tag, suffix = base, 2
+        while tag in self._taken:
+            tag, suffix = f"{base}_{suffix}", suffix + 1
+        self._taken.add(tag)
+        self._by_path[path] = tag
+        return tag
+
+
+def _times(out: dict[str, float], prefix: str, stats: Stats) -> None:
+    out[f"{prefix}/total_ms"] = stats.total * MS
+    out[f"{prefix}/mean_ms"] = stats.mean * MS
+    out[f"{prefix}/max_ms"] = stats.max * MS
+    out[f"{prefix}/p90_ms"] = stats.p90 * MS
+
+
+def _across(out: dict[str, float], prefix: str, ranks: RankStats, scale: float) -> None:
+    out[f"{prefix}/rank_min"] = ranks.rank_min * scale
+    out[f"{prefix}/rank_max"] = ranks.rank_max * scale
+    out[f"{prefix}/rank_mean"] = ranks.rank_mean * scale
+    out[f"{prefix}/rank_argmin"] = float(ranks.rank_argmin)
+    out[f"{prefix}/rank_argmax"] = float(ranks.rank_argmax)
+
+
+def _memory_tag(key: str) -> tuple[str, float]:
+    """The tag of a memory key and the factor from its value (bytes or a count)."""
+    if key in MEMORY_COUNTS:
+        return f"memory/{tag_segment(key)}", 1.0
+    return f"memory/{tag_segment(key)}_gib", 1.0 / GIB
+
+
+def _across_tag(key: str) -> tuple[str, float]:
+    """The tag of an ``across`` key (``"memory.host_rss"``) and the factor for its values."""
+    section, _, field = key.partition(".")
+    if section == "memory" and field:
+        return _memory_tag(field)
+    return "/".join(tag_segment(part) for part in key.split(".")), 1.0
+
+
+def scalars(report: Report) -> dict[str, float]:
+    """Every number of ``report`` worth plotting, under the tags described in this module."""
+    out: dict[str, float] = {}
+    tags = _PathTags()
+    for node in report.nodes:
+        base = f"time/{tags(node.path)}"
+        if node.count:
+            _times(out, base, node.stats)
+            out[f"{base}/self_ms"] = node.self * MS
+            out[f"{base}/count"] = float(node.count)
+            if node.device is not None:
+                _times(out, f"time_host/{tags(node.path)}", node.host)
+                _times(out, f"time_device/{tags(node.path)}", node.device)
+        if node.ranks is not None:
+            out[f"{base}/rank_min_ms"] = node.ranks.rank_min * MS
+            out[f"{base}/rank_max_ms"] = node.ranks.rank_max * MS
+            out[f"{base}/rank_mean_ms"] = node.ranks.rank_mean * MS
+            out[f"{base}/rank_argmax"] = float(node.ranks.rank_argmax)
+    if report.step_time is not None:
+        _times(out, "step_time", report.step_time)
+        out["step_time/count"] = float(report.steps)
+        out["step_time/other_ms"] = (report.other or 0.0) * MS
+    rates = report.throughput
+    if rates is not None:
+        for name in THROUGHPUT_FIELDS:
+            value = getattr(rates, name)
+            if value is not None:
+                out[f"throughput/{name}"] = float(value)
+    for key, value in report.memory.items():
+        tag, factor = _memory_tag(key)
+        out[tag] = value * factor
+    for key, ranks in report.across.items():
+        tag, factor = _across_tag(key)
+        _across(out, f"across/{tag}", ranks, factor)
+    return {tag: value for tag, value in out.items() if math.isfinite(value)}
