@@ -37,7 +37,7 @@ def test_regions_appear_in_a_running_torch_profiler() -> None:
 
 
 def test_no_profiler_no_cost_and_the_old_profiler_api_works_too() -> None:
-    region = instrument.timed("r_x")
+    region = instrument.timed("r_x", clock="cpu")  # "auto" is CUDA once CUDA is up
     assert type(region) is CpuRegion
     assert not observe.profiling
     with torch.autograd.profiler.profile() as prof:
@@ -102,7 +102,7 @@ def test_nvtx_for_one_region(nvtx: Recorder) -> None:
     with instrument.timed("a"):  # the name keeps its NVTX range
         pass
     assert nvtx.calls == ["push a", "pop", "push a", "pop"]
-    assert type(instrument.timed("b")) is CpuRegion
+    assert type(instrument.timed("b", clock="cpu")) is CpuRegion
 
 
 def test_nvtx_without_a_cuda_build_warns_once_and_does_nothing() -> None:

@@ -86,7 +86,7 @@ def test_the_ring_is_bounded_and_counts_what_it_dropped(tmp_path: Path) -> None:
 
 
 def test_regions_are_traced_only_while_a_trace_sink_is_open(tmp_path: Path) -> None:
-    region = instrument.timed("x")
+    region = instrument.timed("x", clock="cpu")  # "auto" is CUDA once CUDA is up
     assert type(region) is CpuRegion
     sink = ChromeTrace(tmp_path / "t.json")
     assert type(region) is ObservedCpuRegion
