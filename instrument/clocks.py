@@ -134,6 +134,25 @@ def record_event() -> torch.cuda.Event:
     return event
 
 
+EventPair = tuple[torch.cuda.Event, torch.cuda.Event, int]
+"""Pooled (start, end) events of one interval and the device they were recorded on."""
+
+
+def pair_ms(pair: EventPair) -> float:
+    """Milliseconds between a pair's events, waiting for its end event (at once when it has
+    completed); the events then go back to the pool."""
+    start, end, device = pair
+    end.synchronize()
+    milliseconds: float = start.elapsed_time(end)
+    events.release(device, [start, end])
+    return milliseconds
+
+
+def release_pair(pair: EventPair) -> None:
+    """Give an unread pair's events back to the pool."""
+    events.release(pair[2], [pair[0], pair[1]])
+
+
 def synchronize() -> None:
     """Wait for the current device (the ``"sync"`` clock, at both ends of a region)."""
     torch.cuda.synchronize()

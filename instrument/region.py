@@ -101,9 +101,6 @@ def warn_once(key: str, message: str, *, stacklevel: int = 3) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
 
-_warn_once = warn_once
-
-
 def _same(a: Frame, b: Frame) -> bool:
     return a is b or (a[3] is b[3] and a[1] == b[1] and a[0] is b[0])
 
@@ -225,7 +222,7 @@ class Region(RegionBase):
         while frame is not None and frame[3] is not self:
             frame = frame[2]
         if frame is None:
-            _warn_once(
+            warn_once(
                 f"exit:{self.name}",
                 f"instrument: region {self.name!r} was exited without a matching enter in this "
                 "context (entered in another thread or task?); nothing was recorded",

@@ -34,6 +34,7 @@ from instrument.compat.clock import sync_device as _sync_device
 from instrument.compat.errors import (
     TimerArgumentError,
     TimerStateError,
+    check_count,
     check_names,
     check_normalizer,
 )
@@ -143,12 +144,6 @@ class SynchronizedWallClockTimer(TimerGroup["SynchronizedWallClockTimer.Timer"])
         return f"<bing_bert SynchronizedWallClockTimer {list(self.timers)}>"
 
 
-def _check_count(value: object, what: str, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise TimerArgumentError(f"{what} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
 class ThroughputTimer:
     """Samples and steps per second, leaving out the first ``start_step`` steps as warm-up
     (bing_bert's ``ThroughputTimer``). Host time, no device synchronization.
@@ -186,9 +181,9 @@ class ThroughputTimer:
         self.started = False
         self.count = 0
         self.total_elapsed_time = 0.0
-        self.batch_size = _check_count(batch_size, "batch_size", 1)
-        self.num_workers = _check_count(num_workers, "num_workers", 1)
-        self.start_step = _check_count(start_step, "start_step", 0)
+        self.batch_size = check_count(batch_size, "batch_size", 1)
+        self.num_workers = check_count(num_workers, "num_workers", 1)
+        self.start_step = check_count(start_step, "start_step", 0)
         self.name = name
         self._start_ns = 0
         self._warned_unstarted = False

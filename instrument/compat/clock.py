@@ -17,14 +17,16 @@ def sync_device() -> None:
         torch.cuda.synchronize()
 
 
-def cuda_events_usable(no_cuda_warning: str, *, stacklevel: int) -> bool:
+def cuda_events_usable(no_cuda_warning: str | None, *, stacklevel: int = 1) -> bool:
     """Whether a timer created now can record CUDA events: no test ``Clock`` was given to
     ``instrument.configure(clock=...)``, this is not a process forked after CUDA was
-    initialised, and CUDA is available. Without CUDA, ``no_cuda_warning`` is warned once per
-    process; ``stacklevel`` is as for ``warnings.warn`` called by the caller."""
+    initialised, and CUDA is available. Without CUDA, ``no_cuda_warning`` (unless ``None``)
+    is warned once per process; ``stacklevel`` is as for ``warnings.warn`` called by the
+    caller."""
     if not isinstance(_state.requested_clock, str) or clocks.in_bad_fork():
         return False
     if not torch.cuda.is_available():
-        warn_once(no_cuda_warning, no_cuda_warning, stacklevel=stacklevel + 2)
+        if no_cuda_warning is not None:
+            warn_once(no_cuda_warning, no_cuda_warning, stacklevel=stacklevel + 2)
         return False
     return True

@@ -37,10 +37,12 @@ import torch
 import torch.distributed as dist
 
 from instrument import _state, clocks
+from instrument.compat.clock import cuda_events_usable
 from instrument.compat.clock import sync_device as _sync_device
 from instrument.compat.errors import (
     TimerArgumentError,
     TimerStateError,
+    check_count,
     check_names,
     check_normalizer,
 )
@@ -84,19 +86,12 @@ STEP_GLOBAL_TIMER = "step"
 TIME_EPSILON = 1e-6
 
 _GB = 1024**3
-_EventPair = tuple[torch.cuda.Event, torch.cuda.Event, int]
 
 
 def _records_events() -> bool:
-    """Whether a new timer records CUDA events: CUDA is usable here and neither a test
-    ``Clock`` nor ``clock="cpu"`` was given to ``instrument.configure``."""
-    requested = _state.requested_clock
-    return (
-        isinstance(requested, str)
-        and requested != "cpu"
-        and torch.cuda.is_available()
-        and not clocks.in_bad_fork()
-    )
+    """Whether a new timer records CUDA events: CUDA is usable here (silently the host clock
+    otherwise, as DeepSpeed on a CPU accelerator) and ``clock="cpu"`` was not asked for."""
+    return _state.requested_clock != "cpu" and cuda_events_usable(None)
 
 
 def _rank() -> int:
@@ -175,7 +170,7 @@ class SynchronizedWallClockTimer(TimerGroup["SynchronizedWallClockTimer.Timer"])
             self.end_time = 0.0
             self._start_ns = 0
             self._ms: list[float] = []  # resolved intervals
-            self._pending: list[_EventPair] = []  # recorded, not yet resolved
+            self._pending: list[clocks.EventPair] = []  # recorded, not yet resolved
 
         def stop(self, reset: bool = False, record: bool = False) -> None:
             """End the interval (``reset`` and ``record`` are accepted and unused, as in
@@ -219,10 +214,9 @@ class SynchronizedWallClockTimer(TimerGroup["SynchronizedWallClockTimer.Timer"])
 
         def _total(self) -> float:
             """Milliseconds, after waiting for the recorded CUDA events."""
-            for start, end, _ in self._pending:
-                end.synchronize()
-                self._ms.append(start.elapsed_time(end))
-            self._release_pending()
+            while self._pending:  # a pair leaves the list only once it is read and released
+                self._ms.append(clocks.pair_ms(self._pending[0]))
+                del self._pending[0]
             self.elapsed_records = list(self._ms)
             return sum(self._ms)
 
@@ -231,8 +225,8 @@ class SynchronizedWallClockTimer(TimerGroup["SynchronizedWallClockTimer.Timer"])
             self._ms = []
 
         def _release_pending(self) -> None:
-            for start, end, device in self._pending:
-                clocks.events.release(device, [start, end])
+            for pair in self._pending:
+                clocks.release_pair(pair)
             self._pending = []
 
         def __repr__(self) -> str:
@@ -462,8 +456,7 @@ class ThroughputTimer:
         name: str = "throughput",
         to_registry: bool | None = None,
     ) -> None:
-        if not isinstance(start_step, int) or isinstance(start_step, bool) or start_step < 0:
-            raise TimerArgumentError(f"start_step must be an int >= 0, got {start_step!r}")
+        check_count(start_step, "start_step", 0)
         if logging_fn is not None and not callable(logging_fn):
             raise TypeError(f"logging_fn must be callable or None, got {logging_fn!r}")
         self.config: Any = _as_config(config)

@@ -1,5 +1,5 @@
 """The misuse errors of the Megatron, DeepSpeed and bing_bert timers, and the argument
-checks that raise them.
+checks that raise them (the timer-name check serves every compat module).
 
 Those projects ``assert`` these conditions, so both errors are also ``AssertionError``\\ s:
 code written for them still catches what it caught. Each compat module re-exports both.
@@ -13,6 +13,7 @@ from collections.abc import Iterable
 __all__ = [
     "TimerArgumentError",
     "TimerStateError",
+    "check_count",
     "check_names",
     "check_normalizer",
     "check_timer_name",
@@ -43,6 +44,14 @@ def check_normalizer(normalizer: object) -> float:
     ):
         raise TimerArgumentError(f"normalizer must be a number > 0, got {normalizer!r}")
     return float(normalizer)
+
+
+def check_count(value: object, what: str, minimum: int) -> int:
+    """``value``, if it is an int >= ``minimum``; else :class:`TimerArgumentError` naming
+    ``what``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise TimerArgumentError(f"{what} must be an int >= {minimum}, got {value!r}")
+    return value
 
 
 def check_names(names: Iterable[str]) -> list[str]:

@@ -30,6 +30,7 @@ import torch
 
 from instrument import _state, clocks
 from instrument.compat.clock import cuda_events_usable
+from instrument.compat.errors import check_timer_name
 from instrument.compat.feed import RegistryFeed, feeds_registry
 from instrument.region import warn_once
 
@@ -39,12 +40,6 @@ _NO_CUDA = (
     "instrument.compat.kempnerforge: CUDA is not available; CUDATimer measures host wall time "
     "with the host clock instead of CUDA events"
 )
-
-
-def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"a timer name must be a non-empty string, got {name!r}")
-    return name
 
 
 class CUDATimer:
@@ -67,14 +62,14 @@ class CUDATimer:
     __slots__ = ("_events", "_feed", "_last_ms", "_pending", "_running", "_start", "_t0", "name")
 
     def __init__(self, *, name: str = "cuda_timer", to_registry: bool | None = None) -> None:
-        self.name = _check_name(name)
+        self.name = check_timer_name(name)
         self._feed = RegistryFeed(name) if feeds_registry(to_registry) else None
         self._events = cuda_events_usable(_NO_CUDA, stacklevel=2)
         self._running = False
         self._t0 = 0
         self._start: torch.cuda.Event | None = None
         # the last completed interval: an unresolved event pair, or its resolved milliseconds
-        self._pending: tuple[torch.cuda.Event, torch.cuda.Event, int] | None = None
+        self._pending: clocks.EventPair | None = None
         self._last_ms: float | None = None
 
     @property
@@ -110,7 +105,7 @@ class CUDATimer:
         if self._events:
             end = clocks.record_event()
             if self._pending is not None:  # superseded before anyone read it
-                clocks.events.release(self._pending[2], [self._pending[0], self._pending[1]])
+                clocks.release_pair(self._pending)
             assert self._start is not None
             self._pending = (self._start, end, torch.cuda.current_device())
             self._start = None
@@ -131,13 +126,9 @@ class CUDATimer:
         Raises:
             RuntimeError: No interval has completed yet.
         """
-        pending = self._pending
-        if pending is not None:
-            start, end, device = pending
-            end.synchronize()
-            self._last_ms = start.elapsed_time(end)
+        if self._pending is not None:
+            self._last_ms = clocks.pair_ms(self._pending)
             self._pending = None
-            clocks.events.release(device, [start, end])
         if self._last_ms is None:
             raise RuntimeError(
                 f"CUDATimer {self.name!r}: elapsed_ms() called before any start()/stop() "
@@ -158,7 +149,7 @@ def _check_regions(regions: object) -> list[str]:
         )
     if not isinstance(regions, Iterable):
         raise TypeError(f"regions must be a list of region names, got {regions!r}")
-    return list(dict.fromkeys(_check_name(name) for name in regions))
+    return list(dict.fromkeys(check_timer_name(name) for name in regions))
 
 
 class CUDATimerCollection:

@@ -45,12 +45,12 @@ import torch
 
 from instrument import _state, clocks
 from instrument.compat.clock import cuda_events_usable
+from instrument.compat.errors import check_timer_name
 from instrument.compat.feed import RegistryFeed, feeds_registry
 
 __all__ = ["TimerRecord", "TimerType", "Timers", "nanotron_timer"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-Pair = tuple[torch.cuda.Event, torch.cuda.Event, int]
 
 _log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class TimerRecord:
     _cpu_total_ns: int = field(default=0, init=False, repr=False)
     _cuda_total: float = field(default=0.0, init=False, repr=False)
     _cuda_last: float = field(default=0.0, init=False, repr=False)
-    _cuda_events: list[Pair] = field(default_factory=list, init=False, repr=False)
+    _cuda_events: list[clocks.EventPair] = field(default_factory=list, init=False, repr=False)
     _current_start_event: torch.cuda.Event | None = field(default=None, init=False, repr=False)
     _requested: TimerType = field(default=TimerType.CUDA, init=False, repr=False)
     _feed: RegistryFeed | None = field(default=None, init=False, repr=False)
@@ -120,8 +120,7 @@ class TimerRecord:
     _enabled_arg: bool | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"a timer name must be a non-empty string, got {self.name!r}")
+        check_timer_name(self.name)
         self.timer_type = self._requested = _timer_type(self.timer_type)
         _check_bool("cuda_sync", self.cuda_sync)
         _check_bool("enabled", self.enabled)
@@ -180,17 +179,16 @@ class TimerRecord:
     def _resolve(self, *, wait: bool) -> None:
         """Fold completed CUDA pairs into the total (``wait``: all of them, synchronizing)."""
         done = 0
-        for start_event, end_event, device in self._cuda_events:
-            if wait:
-                end_event.synchronize()
-            elif not end_event.query():  # type: ignore[no-untyped-call]
-                break
-            seconds = start_event.elapsed_time(end_event) / 1000.0
-            self._cuda_total += seconds
-            self._cuda_last = seconds
-            clocks.events.release(device, [start_event, end_event])
-            done += 1
-        del self._cuda_events[:done]
+        try:
+            for pair in self._cuda_events:
+                if not wait and not pair[1].query():  # type: ignore[no-untyped-call]
+                    break
+                seconds = clocks.pair_ms(pair) / 1000.0
+                self._cuda_total += seconds
+                self._cuda_last = seconds
+                done += 1
+        finally:  # the pairs read went back to the pool: never read them again
+            del self._cuda_events[:done]
 
     def reset(self) -> None:
         """Forget every interval; a running one is dropped (its registry region, if fed,

@@ -107,14 +107,15 @@ def scalars(report: Report) -> dict[str, float]:
     out: dict[str, float] = {}
     tags = _PathTags()
     for node in report.nodes:
-        base = f"time/{tags(node.path)}"
+        tag = tags(node.path)
+        base = f"time/{tag}"
         if node.count:
             _times(out, base, node.stats)
             out[f"{base}/self_ms"] = node.self * MS
             out[f"{base}/count"] = float(node.count)
             if node.device is not None:
-                _times(out, f"time_host/{tags(node.path)}", node.host)
-                _times(out, f"time_device/{tags(node.path)}", node.device)
+                _times(out, f"time_host/{tag}", node.host)
+                _times(out, f"time_device/{tag}", node.device)
         if node.ranks is not None:
             out[f"{base}/rank_min_ms"] = node.ranks.rank_min * MS
             out[f"{base}/rank_max_ms"] = node.ranks.rank_max * MS

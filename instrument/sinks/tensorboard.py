@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import numbers
 import os
 import threading
 from typing import Any
 
 from instrument.report import Report
+from instrument.sinks import extras
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 from instrument.sinks.scalars import global_step, scalars
 
 INSTALL_HINT = 'TensorBoard sink needs tensorboard: pip install "instrument[tensorboard]"'
 
 
-def require_tensorboard() -> None:
-    """Raise ``ModuleNotFoundError`` with the install hint if ``tensorboard`` is missing."""
-    if importlib.util.find_spec("tensorboard") is None:
-        raise ModuleNotFoundError(INSTALL_HINT, name="tensorboard")
-
-
 def _summary_writer(log_dir: str, flush_secs: float) -> Any:
     """A new ``torch.utils.tensorboard.SummaryWriter`` (imported here, on first use)."""
-    try:
-        module = importlib.import_module("torch.utils.tensorboard")
-    except ImportError as error:
-        raise ModuleNotFoundError(INSTALL_HINT, name="tensorboard") from error
+    module = extras.load("torch.utils.tensorboard", "tensorboard", INSTALL_HINT)
     return module.SummaryWriter(log_dir=log_dir, flush_secs=flush_secs)
 
 
@@ -101,7 +91,7 @@ class TensorBoard(Sink):
         self.ranks = check_rank_filter(ranks)
         self.flush_secs = _check_flush_secs(flush_secs)
         if self.log_dir is not None:
-            require_tensorboard()
+            extras.require("tensorboard", INSTALL_HINT)
         self._given: Any = writer
         self._created: Any = None
         self._lock: threading.Lock = threading.Lock()

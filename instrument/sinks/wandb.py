@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import threading
 from typing import Any
 
 from instrument.report import Report
+from instrument.sinks import extras
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 from instrument.sinks.scalars import global_step, scalars
 
@@ -17,19 +16,6 @@ logger = logging.getLogger("instrument")
 INSTALL_HINT = 'WandB sink needs wandb: pip install "instrument[wandb]"'
 STEP_MODES = ("report", "run")
 STEP_KEY = "instrument/step"
-
-
-def require_wandb() -> None:
-    """Raise ``ModuleNotFoundError`` with the install hint if ``wandb`` is missing."""
-    if importlib.util.find_spec("wandb") is None:
-        raise ModuleNotFoundError(INSTALL_HINT, name="wandb")
-
-
-def _wandb() -> Any:
-    try:
-        return importlib.import_module("wandb")
-    except ImportError as error:
-        raise ModuleNotFoundError(INSTALL_HINT, name="wandb") from error
 
 
 def _next_step(run: Any) -> int | None:
@@ -102,7 +88,7 @@ class WandB(Sink):
             raise TypeError(f"WandB commit must be True, False or None, got {commit!r}")
         self.ranks = check_rank_filter(ranks)
         if run is None:
-            require_wandb()
+            extras.require("wandb", INSTALL_HINT)
         self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
         self.step = step
         self.commit = commit
@@ -132,7 +118,7 @@ class WandB(Sink):
     def _current_run(self) -> Any:
         if self._run is not None:
             return self._run
-        wandb = _wandb()
+        wandb = extras.load("wandb", "wandb", INSTALL_HINT)
         if wandb.run is not None:
             return wandb.run
         if not self.init_kwargs:
