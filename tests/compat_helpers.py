@@ -1,6 +1,6 @@
 """Helpers the compat and sink tests share: markers, a clock that must stay unread, timing
-one interval on a fake clock, capturing stdout, reading a positional signature, and one
-timed training step.
+one interval on a fake clock, capturing stdout, reading a positional signature, one timed
+training step, and NeMo's stub for ``torch.distributed``.
 
 Example:
     >>> from compat_helpers import timed_interval
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -76,3 +77,28 @@ def timed_step(clock: FakeClock, inner: str, seconds: float) -> None:
         with instrument.timed(inner):
             clock.advance(seconds)
     instrument.step(samples=4, tokens=64)
+
+
+def stub_torch_distributed(
+    monkeypatch: pytest.MonkeyPatch, rank: int = 0, world_size: int = 1
+) -> types.SimpleNamespace:
+    """Replace ``torch.distributed`` with the stub NeMo Automodel's unit tests use
+    (NVIDIA-NeMo/Automodel tests/unit_tests/training/test_timers.py, commit 541dd42): a
+    ``SimpleNamespace`` with only get_world_size, get_rank, barrier(group=None),
+    all_gather_into_tensor and _all_gather_base -- no is_available, no is_initialized.
+    ``torch.cuda.synchronize`` / ``current_device`` are stubbed as there too."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0, raising=False)
+
+    def _all_gather(dest: torch.Tensor, src: torch.Tensor) -> None:
+        dest.copy_(src)
+
+    stub = types.SimpleNamespace(
+        get_world_size=lambda: world_size,
+        get_rank=lambda: rank,
+        barrier=lambda group=None: None,
+        all_gather_into_tensor=_all_gather,
+        _all_gather_base=_all_gather,
+    )
+    monkeypatch.setattr(torch, "distributed", stub, raising=False)
+    return stub

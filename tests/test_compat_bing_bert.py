@@ -13,6 +13,7 @@ import torch
 from compat_helpers import (
     positional_signature,
     printed,
+    stub_torch_distributed,
     timed_interval,
     timed_on_a_fresh_clock,
 )
@@ -41,6 +42,23 @@ def test_print_rank_0_without_a_process_group_prints(capsys: pytest.CaptureFixtu
     print_rank_0("hello")
     print_rank_0(3)
     assert capsys.readouterr().out == "hello\n3\n"
+
+
+def test_print_rank_0_and_log_ask_a_stubbed_torch_distributed(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # bing_bert/timer.py print_rank_0 looks up torch.distributed when called
+    # (``torch.distributed.get_rank() == 0``); a stub module (as NeMo's tests install) answers
+    stub = stub_torch_distributed(monkeypatch, rank=1, world_size=2)
+    timers = SynchronizedWallClockTimer()
+    timed_interval(timers, "forward", 0.5, clock)
+    print_rank_0("hello")
+    timers.log(["forward"], reset=False)
+    assert capsys.readouterr().out == ""  # rank 1
+    stub.get_rank = lambda: 0
+    print_rank_0("hello")
+    timers.log(["forward"])
+    assert capsys.readouterr().out == "hello\ntime (ms) | forward: 500.00\n"
 
 
 # -- SynchronizedWallClockTimer -------------------------------------------------------------
@@ -104,33 +122,68 @@ def test_log_rejects_bad_arguments(
 # -- ThroughputTimer ------------------------------------------------------------------------
 
 
-def test_throughput_is_minus_999_until_a_step_after_warm_up(clock: FakeClock) -> None:
+# Upstream: microsoft/DeepSpeedExamples bing_bert/timer.py (commit d02b867), ThroughputTimer:
+# stop() does ``self.count += 1; if self.count >= self.start_step: self.total_elapsed_time +=
+# ...``, and avg_samples_per_sec / avg_steps_per_sec / print_elapsed_time divide by
+# ``(self.count - 2.0)`` once ``self.count > 2`` (else -999).
+
+
+def test_throughput_is_minus_999_until_a_third_step(clock: FakeClock) -> None:
     tput = ThroughputTimer(name="bert", batch_size=4, num_workers=2)
     assert tput.avg_samples_per_sec() == tput.avg_steps_per_sec() == -999
-    _steps(tput, clock, [5.0, 5.0])  # start_step=2: both left out
+    _steps(tput, clock, [5.0, 5.0])
     assert tput.count == 2
-    assert tput.total_elapsed_time == 0.0
+    assert tput.total_elapsed_time == 5.0  # upstream: count >= start_step adds step 2
     assert tput.avg_samples_per_sec() == tput.avg_steps_per_sec() == -999
 
 
-def test_throughput_leaves_out_exactly_start_step_steps(clock: FakeClock) -> None:
-    tput = ThroughputTimer(name="bert", batch_size=4, num_workers=2)
-    _steps(tput, clock, [5.0, 5.0, 0.5, 0.25, 0.75])
-    assert tput.count == 5
-    assert tput.total_elapsed_time == 1.5  # the original also adds step 2's 5 s in
-    assert tput.avg_steps_per_sec() == pytest.approx(2.0)
-    assert tput.avg_samples_per_sec() == pytest.approx(4 * 2 / 0.5)
+def test_throughput_reproduces_the_original_figures_by_default(clock: FakeClock) -> None:
+    """The issue's example: 3 steps of 1 s, 80 samples per step -> 40.0 samples/s upstream."""
+    tput = ThroughputTimer(name="bert", batch_size=40, num_workers=2)
+    _steps(tput, clock, [1.0, 1.0, 1.0])
+    assert tput.total_elapsed_time == 2.0  # steps 2 and 3
+    assert tput.avg_samples_per_sec() == 40.0  # 80 / (2.0 / (3 - 2))
+    assert tput.avg_steps_per_sec() == 0.5
+    _steps(tput, clock, [5.0, 5.0])  # count 5: (2 + 10) s over 3 steps
+    assert tput.avg_steps_per_sec() == pytest.approx(3 / 12.0)
+    assert tput.avg_samples_per_sec() == pytest.approx(80 * 3 / 12.0)
 
 
-def test_throughput_honours_a_different_start_step(clock: FakeClock) -> None:
+def test_corrected_leaves_out_exactly_start_step_steps(clock: FakeClock) -> None:
+    tput = ThroughputTimer(name="bert", batch_size=40, num_workers=2, corrected=True)
+    _steps(tput, clock, [1.0, 1.0, 1.0])
+    assert tput.avg_samples_per_sec() == 80.0  # the issue's corrected figure
+    _steps(tput, clock, [0.5, 0.75])
+    assert tput.total_elapsed_time == 2.25
+    assert tput.avg_steps_per_sec() == pytest.approx(3 / 2.25)
+    assert tput.avg_samples_per_sec() == pytest.approx(80 * 3 / 2.25)
+
+
+def test_the_original_ignores_start_step_in_the_divisor(clock: FakeClock) -> None:
     tput = ThroughputTimer(batch_size=10, start_step=0)
     _steps(tput, clock, [0.5])
-    assert tput.avg_samples_per_sec() == pytest.approx(20.0)
+    assert tput.avg_samples_per_sec() == -999  # upstream: nothing before count > 2
     tput = ThroughputTimer(batch_size=10, start_step=3)
+    _steps(tput, clock, [9.0, 9.0, 9.0])
+    assert tput.avg_samples_per_sec() == pytest.approx(10 / 9.0)  # step 3 over 3 - 2
+    _steps(tput, clock, [0.25])
+    assert tput.avg_samples_per_sec() == pytest.approx(10 / (9.25 / 2))
+
+
+def test_corrected_honours_a_different_start_step(clock: FakeClock) -> None:
+    tput = ThroughputTimer(batch_size=10, start_step=0, corrected=True)
+    _steps(tput, clock, [0.5])
+    assert tput.avg_samples_per_sec() == pytest.approx(20.0)
+    tput = ThroughputTimer(batch_size=10, start_step=3, corrected=True)
     _steps(tput, clock, [9.0, 9.0, 9.0])
     assert tput.avg_samples_per_sec() == -999
     _steps(tput, clock, [0.25])
     assert tput.avg_samples_per_sec() == pytest.approx(40.0)
+
+
+def test_corrected_must_be_a_bool() -> None:
+    with pytest.raises(TimerArgumentError, match="corrected must be True or False"):
+        ThroughputTimer(corrected=1)  # type: ignore[arg-type]
 
 
 def test_throughput_cond_false_does_nothing_and_start_restarts(clock: FakeClock) -> None:
@@ -167,10 +220,15 @@ def test_print_elapsed_time_prints_every_1000_steps_with_tflops(
     _steps(tput, clock, [0.5])
     tput.print_elapsed_time()
     tput.print_elapsed_time(num_ops=2e12)
+    seconds = 999 * 0.5 / 998  # upstream: steps 2..1000 over count - 2
     assert capsys.readouterr().out == (
-        "bert  forward pass execution time:  0.5\n"
-        "bert  forward pass execution time:  0.5  TFlops :  4.0\n"
+        f"bert  forward pass execution time:  {seconds}\n"
+        f"bert  forward pass execution time:  {seconds}  TFlops :  {2e12 / (seconds * 1e12)}\n"
     )
+    corrected = ThroughputTimer(name="bert", batch_size=8, corrected=True)
+    _steps(corrected, clock, [0.5] * 1000)
+    corrected.print_elapsed_time(num_ops=2e12)
+    assert capsys.readouterr().out == "bert  forward pass execution time:  0.5  TFlops :  4.0\n"
 
 
 def test_print_elapsed_time_prints_nothing_before_warm_up_ends(

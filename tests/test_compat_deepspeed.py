@@ -17,6 +17,7 @@ from compat_helpers import (
     needs_cuda,
     positional_signature,
     printed,
+    stub_torch_distributed,
     timed_interval,
     timed_on_a_fresh_clock,
 )
@@ -114,9 +115,22 @@ def test_log_with_reset_false_keeps_the_times(
     assert capsys.readouterr().out == "[Rank -1] time (ms) | fwd: 12.35\n" * 2
 
 
-def test_log_memory_breakdown_appends_memory_usage(clock: FakeClock) -> None:
+def test_log_ignores_memory_breakdown_as_deepspeed_main_does(clock: FakeClock) -> None:
+    # deepspeedai/DeepSpeed deepspeed/utils/timer.py (commit 038beb6), SynchronizedWallClockTimer
+    # .log(self, names, normalizer=1.0, reset=True, memory_breakdown=False, ranks=None): the
+    # line is "time (ms)" plus " | {name}: {:.2f}" per timer, then print_dist(string, ranks=
+    # ranks or [0]); memory_breakdown is never read.
     timers = SynchronizedWallClockTimer()
     timed_interval(timers, "fwd", 0.001, clock)
+    assert (
+        printed(timers.log, ["fwd"], memory_breakdown=True) == "[Rank -1] time (ms) | fwd: 1.00\n"
+    )
+
+
+def test_log_memory_restores_the_memory_fields_of_older_deepspeed(clock: FakeClock) -> None:
+    timers = SynchronizedWallClockTimer(log_memory=True)
+    timed_interval(timers, "fwd", 0.001, clock)
+    assert printed(timers.log, ["fwd"], reset=False) == "[Rank -1] time (ms) | fwd: 1.00\n"
     out = printed(timers.log, ["fwd"], memory_breakdown=True)
     gb = r"\d+\.\d{4} GB"
     pattern = (
@@ -125,6 +139,25 @@ def test_log_memory_breakdown_appends_memory_usage(clock: FakeClock) -> None:
     )
     assert re.fullmatch(pattern, out), out
     assert SynchronizedWallClockTimer.memory_usage().startswith(" | mem_allocated: ")
+    with pytest.raises(TypeError, match="log_memory must be True or False"):
+        SynchronizedWallClockTimer(log_memory="yes")  # type: ignore[arg-type]
+
+
+def test_log_asks_a_stubbed_torch_distributed_for_the_rank(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    # DeepSpeed's print_dist -> get_dist_msg (deepspeed/utils/logging.py): "[Rank {my_rank}]"
+    # on ranks (default [0]), every rank for [-1]; the rank comes from the process group,
+    # here a stub module in place of torch.distributed (as NeMo's unit tests install)
+    stub = stub_torch_distributed(monkeypatch, rank=1, world_size=2)
+    timers = SynchronizedWallClockTimer()
+    timed_interval(timers, "fwd", 0.002, clock)
+    assert printed(timers.log, ["fwd"], reset=False) == ""  # ranks=None: rank 0 only
+    assert (
+        printed(timers.log, ["fwd"], reset=False, ranks=[-1]) == "[Rank 1] time (ms) | fwd: 2.00\n"
+    )
+    stub.get_rank = lambda: 0
+    assert printed(timers.log, ["fwd"]) == "[Rank 0] time (ms) | fwd: 2.00\n"
 
 
 @pytest.mark.parametrize(
@@ -184,7 +217,9 @@ def test_noop_timer_has_the_same_api_and_does_nothing(capsys: pytest.CaptureFixt
         assert timer.mean() == 0
         assert timers.get_timers() == {}
         timers.log(["fwd"], normalizer=2.0, reset=True, memory_breakdown=True, ranks=[-1])
-        assert timers.get_mean(["fwd"]) == {}
+        # DeepSpeed deepspeed/utils/timer.py (commit 038beb6): NoopTimer.get_mean's body is
+        # ``...``, so it returns None
+        assert timers.get_mean(["fwd"]) is None
     assert capsys.readouterr().out == ""
 
 
@@ -293,7 +328,10 @@ def test_throughput_monitor_memory_without_psutil_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "psutil", None)  # makes `import psutil` fail
-    with pytest.raises(ImportError, match="needs psutil; install it \\(pip install psutil\\)"):
+    # DeepSpeed's own words (deepspeed/utils/timer.py, ThroughputTimer.__init__) come first
+    with pytest.raises(ImportError, match="Unable to import 'psutils', please install package"):
+        ThroughputTimer(None, 1, monitor_memory=True)
+    with pytest.raises(ImportError, match="needs psutil \\(pip install psutil\\)"):
         ThroughputTimer(None, 1, monitor_memory=True)
 
 
@@ -324,10 +362,31 @@ def test_throughput_synchronizes_only_timed_steps_and_only_when_asked(
     assert syncs == [1, 1]  # start and stop of the one step after warm-up
 
 
-def test_steps_per_output_rejects_zero() -> None:  # DeepSpeed's tests/unit/utils/test_timer.py
+def test_steps_per_output_rejects_zero() -> None:
+    # Both wordings DeepSpeed has used: deepspeedai/DeepSpeed tests/unit/utils/test_timer.py
+    # (commit b7b23dd) matches "steps_per_output must be greater than 0"; DeepSpeed main's
+    # ThroughputTimer.__init__ (deepspeed/utils/timer.py, commit 038beb6) raises
+    # "steps_per_output must be a positive integer or None, got 0".
     config = types.SimpleNamespace(enabled=True, synchronized=False)
     with pytest.raises(ValueError, match="steps_per_output must be greater than 0"):
         ThroughputTimer(config=config, batch_size=1, steps_per_output=0)
+    with pytest.raises(
+        ValueError, match="steps_per_output must be a positive integer or None, got 0"
+    ):
+        ThroughputTimer(config=config, batch_size=1, steps_per_output=0)
+
+
+def test_steps_per_output_changed_to_zero_after_construction_raises_at_the_boundary(
+    clock: FakeClock,
+) -> None:
+    # DeepSpeed main, ThroughputTimer._is_report_boundary: "steps_per_output must be a
+    # positive integer, got {self.steps_per_output}" (a guard against mutation, its #7838)
+    tput = ThroughputTimer(None, 1, start_step=0, steps_per_output=2, logging_fn=print)
+    tput.steps_per_output = 0
+    tput.start()
+    clock.advance(1.0)
+    with pytest.raises(ValueError, match="steps_per_output must be a positive integer, got 0"):
+        tput.stop(global_step=True)
 
 
 def test_steps_per_output_rejects_non_integral() -> None:

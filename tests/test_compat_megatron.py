@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -112,11 +113,14 @@ def test_host_clock_agrees_with_an_independent_measurement() -> None:
 
 
 def test_double_start_and_stop_without_start_raise_assertion_compatible_errors() -> None:
+    # Megatron megatron/core/timers.py (NVIDIA/Megatron-LM commit 00caa53), Timer.start:
+    # ``assert not self._started, 'timer has already been started'``; Timer.stop:
+    # ``assert self._started, 'timer is not started'`` -- a match on either still works.
     timer = Timer("forward")
-    with pytest.raises(TimerStateError, match="timer 'forward' is not started"):
+    with pytest.raises(TimerStateError, match=r"timer is not started \('forward'\)"):
         timer.stop()
     timer.start()
-    with pytest.raises(AssertionError, match="timer 'forward' has already been started"):
+    with pytest.raises(AssertionError, match=r"timer has already been started \('forward'\)"):
         timer.start()
     timer.stop()
     with pytest.raises(RuntimeError, match="is not started"):
@@ -189,6 +193,15 @@ def test_a_name_asked_for_at_another_level_raises() -> None:
     assert timers("forward", log_level=1) is timers("forward")
 
 
+def test_a_level_above_2_keeps_megatrons_words() -> None:
+    # Megatron megatron/core/timers.py, Timers.__call__: ``assert log_level <=
+    # self._max_log_level, 'log level {} is larger than max supported log level {}'``
+    with pytest.raises(
+        AssertionError, match="log level 3 is larger than max supported log level 2"
+    ):
+        Timers(2, "max")("x", log_level=3)
+
+
 @pytest.mark.parametrize("level", [3, -1, 1.0, True, None])
 def test_log_levels_outside_0_to_2_raise(level: Any) -> None:
     with pytest.raises(TimerArgumentError, match="log_level must be 0, 1 or 2"):
@@ -199,10 +212,14 @@ def test_log_levels_outside_0_to_2_raise(level: Any) -> None:
 
 
 def test_unknown_log_option_names_the_choices() -> None:
-    with pytest.raises(
-        ValueError, match=r"unknown log_option 'foo'; expected one of 'max', 'minmax', 'all'"
-    ):
+    # Megatron Timers.__init__: ``assert log_option in allowed_log_options, 'input log option
+    # {} is invalid. It must be one of {}'``
+    with pytest.raises(AssertionError, match="input log option 'foo' is invalid"):
         Timers(2, "foo")
+    with pytest.raises(ValueError, match=r"expected one of 'max', 'minmax', 'all'"):
+        Timers(2, "foo")
+    with pytest.raises(TimerArgumentError, match="log_to must be 'logger' or 'print', got 'x'"):
+        Timers(2, "max", log_to="x")
 
 
 def test_call_with_barrier_sets_the_context_barrier() -> None:
@@ -286,10 +303,37 @@ def test_names_as_one_string_is_refused() -> None:
         Timers(2, "max").log("forward")  # type: ignore[arg-type]
 
 
-def test_log_prints_on_the_last_rank_with_flush(
-    clock: FakeClock, capsys: pytest.CaptureFixture[str]
+def test_log_goes_to_the_megatron_core_timers_logger_at_info(
+    clock: FakeClock, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    timers = Timers(2, "max")
+    # Megatron core >= 0.16, megatron/core/timers.py (NVIDIA/Megatron-LM commit 00caa53):
+    # ``logger = logging.getLogger(__name__)`` and Timers.log ends ``if rank ==
+    # torch.distributed.get_rank() and output_string is not None: logger.info(output_string)``
+    # (rank None -> get_world_size() - 1).
+    timers = Timers(2, "minmax")
+    _timed(timers, "forward", 0.25, clock)
+    with caplog.at_level(logging.INFO, logger="megatron.core.timers"):
+        timers.log(["forward"], normalizer=2)
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            "megatron.core.timers",
+            logging.INFO,
+            f"(min, max) time across ranks (ms):\n    {label('forward')}: (125.00, 125.00)",
+        )
+    ]
+    assert capsys.readouterr().out == ""  # nothing on raw stdout
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="megatron.core.timers"):
+        timers.log(["forward"])  # nothing ran since the reset: nothing logged
+    assert caplog.records == []
+
+
+def test_log_to_print_prints_on_the_last_rank_with_flush(
+    clock: FakeClock, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Megatron core <= 0.15 and NeMo Automodel (nemo_automodel/components/training/timers.py,
+    # rkalaniNV/Automodel commit 1a5b183): Timers.log ends ``print(output_string, flush=True)``
+    timers = Timers(2, "max", log_to="print")
     _timed(timers, "forward", 0.25, clock)
     timers.log(["forward"], normalizer=2)
     assert capsys.readouterr().out == (
@@ -297,6 +341,7 @@ def test_log_prints_on_the_last_rank_with_flush(
     )
     timers.log(["forward"])  # nothing ran since the reset: nothing printed
     assert capsys.readouterr().out == ""
+    assert caplog.records == []
     with pytest.raises(TimerArgumentError, match=r"rank must be an int in \[0, 0\], got 1"):
         timers.log(["forward"], rank=1)
 
@@ -356,6 +401,30 @@ def test_write_to_a_wandb_like_writer_and_write_to_wandb(clock: FakeClock) -> No
     _timed(timers, "forward", 0.25, clock)
     timers.write_to_wandb(["forward"], run, 4, normalizer=0.5)
     assert run.logged == [({"forward-time": 0.5}, 3), ({"forward-time": 0.5}, 4)]
+
+
+class PositionalStepWriter:
+    """A writer wrapper whose second ``log`` parameter is not called ``step``."""
+
+    def __init__(self) -> None:
+        self.logged: list[tuple[dict[str, float], int]] = []
+
+    def log(self, metrics: dict[str, float], global_iteration: int, /) -> None:
+        self.logged.append((metrics, global_iteration))
+
+
+def test_wandb_writes_pass_the_step_positionally(clock: FakeClock) -> None:
+    # NeMo Automodel Timers.write_to_wandb (nemo_automodel/components/training/timers.py,
+    # rkalaniNV/Automodel commit 1a5b183) and Megatron core Timers.write's wandb branch
+    # (megatron/core/timers.py, commit 00caa53) both call
+    # ``writer.log({name + '-time': max_time}, iteration)`` -- the step positional.
+    timers = Timers(2, "max")
+    writer = PositionalStepWriter()
+    _timed(timers, "forward", 0.5, clock)
+    timers.write_to_wandb(["forward"], writer, 7)
+    _timed(timers, "forward", 0.25, clock)
+    timers.write(["forward"], writer, 8)
+    assert writer.logged == [({"forward-time": 0.5}, 7), ({"forward-time": 0.25}, 8)]
 
 
 def test_write_without_a_writer_still_resets_and_a_bad_writer_is_named(clock: FakeClock) -> None:
@@ -490,7 +559,7 @@ def uneven_timers_worker(rank: int, world_size: int) -> dict[str, Any]:
     with use_clock(FakeClock()) as clock:
         assert isinstance(clock, FakeClock)
         for option in ("max", "minmax", "all"):
-            timers = Timers(2, option)
+            timers = Timers(2, option, log_to="print")
             _timed(timers, "forward", 0.1 * (rank + 1), clock)
             if rank == 1:
                 _timed(timers, "only_on_1", 0.5, clock)
@@ -555,7 +624,7 @@ def test_ranks_with_different_timers_neither_hang_nor_read_zero() -> None:
 
 def absent_rank_worker(rank: int, world_size: int) -> dict[str, Any]:
     """Rank 1 never calls log(): rank 0's barrier times out and it logs its own times."""
-    timers = Timers(2, "all", barrier_timeout=timedelta(seconds=1))
+    timers = Timers(2, "all", log_to="print", barrier_timeout=timedelta(seconds=1))
     with use_clock(FakeClock()) as clock:
         assert isinstance(clock, FakeClock)
         _timed(timers, "forward", 0.1 * (rank + 1), clock)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from compat_helpers import ClockThatMustNotBeRead, needs_cuda, no_cuda
+from compat_helpers import ClockThatMustNotBeRead, needs_cuda, no_cuda, stub_torch_distributed
 
 import instrument
 from instrument import compat
@@ -130,7 +130,7 @@ def test_end_without_start_is_logged_and_ignored(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     timer = nanotron_timer("x")
-    with caplog.at_level(logging.WARNING, logger="instrument.compat.nanotron"):
+    with caplog.at_level(logging.WARNING, logger="nanotron.logging.timers"):
         timer.end()
     assert caplog.messages == ["Timer 'x' was not running. Ignoring end call."]
     assert timer.call_count == 0
@@ -140,7 +140,7 @@ def test_start_while_running_restarts(clock: FakeClock, caplog: pytest.LogCaptur
     timer = nanotron_timer("x")
     timer.start()
     clock.advance(1.0)
-    with caplog.at_level(logging.WARNING, logger="instrument.compat.nanotron"):
+    with caplog.at_level(logging.WARNING, logger="nanotron.logging.timers"):
         timer.start()
     assert caplog.messages == ["Timer 'x' already running. Restarting."]
     clock.advance(0.25)
@@ -292,14 +292,98 @@ def test_log_all_and_log_lines(clock: FakeClock, caplog: pytest.LogCaptureFixtur
     ]
 
 
-def test_log_uses_the_module_logger_by_default(
+def test_log_uses_nanotrons_module_logger_by_default(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     with nanotron_timer("x", timer_type="cpu"):
         clock.advance(0.001)
-    with caplog.at_level(logging.INFO, logger="instrument.compat.nanotron"):
+    # huggingface/nanotron src/nanotron/logging/timers.py (commit 6a8dae4): Timers.log and
+    # log_all use ``logging.get_logger(__name__)`` -- the logger "nanotron.logging.timers"
+    with caplog.at_level(logging.INFO, logger="nanotron.logging.timers"):
         nanotron_timer.log("x", rank=None)
-    assert caplog.messages == ["Timer 'x' (cpu): 1.00ms total, 1.00ms avg, 1 calls"]
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            "nanotron.logging.timers",
+            logging.INFO,
+            "Timer 'x' (cpu): 1.00ms total, 1.00ms avg, 1 calls",
+        )
+    ]
+
+
+def test_log_asks_a_stubbed_torch_distributed_for_the_rank(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # nanotron Timers.log_all: ``world_rank = dist.get_rank()``; ``if rank is not None and
+    # world_rank != rank: return`` -- here the rank comes from a stub torch.distributed
+    stub = stub_torch_distributed(monkeypatch, rank=1, world_size=2)
+    with nanotron_timer("x", timer_type="cpu"):
+        clock.advance(0.001)
+    with caplog.at_level(logging.INFO, logger="nanotron.logging.timers"):
+        nanotron_timer.log_all()  # rank=0 by default: rank 1 logs nothing
+        assert caplog.messages == []
+        nanotron_timer.log("x", rank=1)
+        assert caplog.messages == ["Timer 'x' (cpu): 1.00ms total, 1.00ms avg, 1 calls"]
+        stub.get_rank = lambda: 0
+        nanotron_timer.log_all()
+    assert caplog.messages[1:] == [
+        "---- Timing Information ----",
+        "Timer 'x' (cpu): 1.00ms total, 1.00ms avg, 1 calls",
+        "----------------------------",
+    ]
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+@pytest.fixture
+def nanotron_library_logger() -> Iterator[_Lines]:
+    """nanotron's logging setup (src/nanotron/logging/base.py, commit a5f8fb1): the library
+    root logger "nanotron" gets its own handler (_configure_library_root_logger), and
+    set_verbosity / set_formatter configure every logger named "nanotron.*" that exists."""
+    root = logging.getLogger("nanotron")
+    saved = (root.level, root.propagate, list(root.handlers))
+    handler = _Lines()
+    root.handlers = [handler]
+    root.propagate = False
+    yield handler
+    root.setLevel(saved[0])
+    root.propagate = saved[1]
+    root.handlers = saved[2]
+    logging.getLogger("nanotron.logging.timers").setLevel(logging.NOTSET)
+
+
+def test_log_all_follows_nanotrons_logging_configuration(
+    clock: FakeClock, nanotron_library_logger: _Lines
+) -> None:
+    with nanotron_timer("forward", timer_type="cpu"):
+        clock.advance(0.002)
+    mine = logging.getLogger("nanotron.logging.timers")
+    # set_verbosity(INFO) walks logging.root.manager.loggerDict for "nanotron.*" loggers:
+    # the compat module's logger is one of them from import on
+    assert logging.root.manager.loggerDict.get("nanotron.logging.timers") is mine
+    logging.getLogger("nanotron").setLevel(logging.INFO)
+    at_the_root = _Lines()
+    logging.getLogger().addHandler(at_the_root)
+    try:
+        nanotron_timer.log_all()
+    finally:
+        logging.getLogger().removeHandler(at_the_root)
+    assert nanotron_library_logger.lines == [
+        "INFO ---- Timing Information ----",
+        "INFO Timer 'forward' (cpu): 2.00ms total, 2.00ms avg, 1 calls",
+        "INFO ----------------------------",
+    ]
+    assert at_the_root.lines == []  # nanotron's library root logger does not propagate
+    nanotron_library_logger.lines.clear()
+    mine.setLevel(logging.WARNING)  # set_verbosity(WARNING): nanotron's default
+    nanotron_timer.log_all()
+    assert nanotron_library_logger.lines == []
 
 
 # -- feeding the instrument registry -------------------------------------------------------

@@ -9,8 +9,9 @@ steps/s after ``start_step`` warm-up steps, ``-999`` before; ``print_elapsed_tim
 * No CUDA needed: the host clock (``time.perf_counter_ns``, or a ``Clock`` given to
   ``instrument.configure(clock=...)``) is read after ``torch.cuda.synchronize()`` when CUDA
   is initialised, without the sync otherwise.
-* ``ThroughputTimer`` leaves out exactly the first ``start_step`` steps and divides by the
-  steps it kept (the original adds step ``start_step`` in but divides by ``count - 2``).
+* ``ThroughputTimer`` gives the original's figures (step ``start_step`` counted in, the
+  total divided by ``count - 2``); ``corrected=True`` leaves out exactly the first
+  ``start_step`` steps and divides by the steps it kept.
 * ``ThroughputTimer.stop()`` without ``start()`` warns and goes on (the original calls
   ``exit(0)``); ``log`` of an unknown timer raises a ``KeyError`` naming the known ones.
 * With ``to_registry=True`` (or :func:`instrument.compat.to_registry`) every start/stop is
@@ -30,6 +31,7 @@ import warnings
 from collections.abc import Iterable
 
 from instrument import _state
+from instrument.compat import ranks
 from instrument.compat.clock import sync_device as _sync_device
 from instrument.compat.errors import (
     TimerArgumentError,
@@ -40,7 +42,6 @@ from instrument.compat.errors import (
 )
 from instrument.compat.feed import RegistryFeed, feeds_registry
 from instrument.compat.startstop import StartStopTimer, TimerGroup
-from instrument.distributed.helpers import print_rank_0 as _print_rank_0
 
 __all__ = [
     "NOT_ENOUGH_STEPS",
@@ -56,11 +57,14 @@ __all__ = [
 NOT_ENOUGH_STEPS = -999
 #: ``print_elapsed_time`` prints on every this-many-th step.
 PRINT_EVERY = 1000
+#: The original divides the total by ``count - 2`` whatever ``start_step`` is.
+ORIGINAL_DIVISOR_OFFSET = 2
 
 
 def print_rank_0(message: object) -> None:
     """Print ``message`` (flushed) on rank 0, or on every process without a process group."""
-    _print_rank_0(message, flush=True)
+    if ranks.rank() in (None, 0):
+        print(message, flush=True)
 
 
 def _seconds(ns: int) -> float:
@@ -145,15 +149,21 @@ class SynchronizedWallClockTimer(TimerGroup["SynchronizedWallClockTimer.Timer"])
 
 
 class ThroughputTimer:
-    """Samples and steps per second, leaving out the first ``start_step`` steps as warm-up
-    (bing_bert's ``ThroughputTimer``). Host time, no device synchronization.
+    """Samples and steps per second after ``start_step`` warm-up steps (bing_bert's
+    ``ThroughputTimer``). Host time, no device synchronization.
+
+    By default the figures are the original's: the time of every step from step
+    ``start_step`` on is summed and divided by ``count - 2`` (3 steps of 1 s with the default
+    ``start_step=2``: 2 s over 1 step). ``corrected=True`` sums the steps after the first
+    ``start_step`` and divides by how many there are (1 s over 1 step).
 
     Args:
         name: Printed by :meth:`print_elapsed_time`; also the ``instrument`` region fed with
             ``to_registry`` (``"throughput"`` when ``None``).
         batch_size: Samples per step and worker.
         num_workers: Workers (data-parallel ranks) stepping together.
-        start_step: Steps left out of the rates as warm-up.
+        start_step: Warm-up steps.
+        corrected: Leave out exactly ``start_step`` steps and divide by the steps kept.
         to_registry: Also time each start/stop as an ``instrument`` region (``None``:
             follow :func:`instrument.compat.to_registry`).
 
@@ -172,10 +182,14 @@ class ThroughputTimer:
         num_workers: int = 1,
         start_step: int = 2,
         *,
+        corrected: bool = False,
         to_registry: bool | None = None,
     ) -> None:
         if name is not None and not isinstance(name, str):
             raise TimerArgumentError(f"name must be a string or None, got {name!r}")
+        if not isinstance(corrected, bool):
+            raise TimerArgumentError(f"corrected must be True or False, got {corrected!r}")
+        self.corrected = corrected
         self.start_time = 0.0  # host clock, seconds
         self.end_time = 0.0
         self.started = False
@@ -199,7 +213,8 @@ class ThroughputTimer:
                 self._feed.start()
 
     def stop(self, cond: bool = True) -> None:
-        """End the step when ``cond``: count it, and add its time once past warm-up."""
+        """End the step when ``cond``: count it, and add its time from step ``start_step``
+        on (after step ``start_step`` with ``corrected``)."""
         if not cond:
             return
         if not self.started:
@@ -218,18 +233,23 @@ class ThroughputTimer:
         if self._feed is not None:
             self._feed.stop()
         self.count += 1
-        if self.count > self.start_step:
+        first_counted = self.start_step + 1 if self.corrected else self.start_step
+        if self.count >= first_counted:
             self.total_elapsed_time += _seconds(end_ns - self._start_ns)
 
     def _seconds_per_step(self) -> float | None:
-        """Mean seconds of the steps after warm-up, or ``None`` before one was timed."""
-        timed_steps = self.count - self.start_step
-        if timed_steps <= 0 or self.total_elapsed_time <= 0:
+        """Seconds per step after warm-up (the original's ``total / (count - 2)``, or the
+        corrected mean), or ``None`` while there is nothing to divide."""
+        if self.corrected:
+            divisor = self.count - self.start_step
+        else:
+            divisor = self.count - ORIGINAL_DIVISOR_OFFSET
+        if divisor <= 0 or self.total_elapsed_time <= 0:
             return None
-        return self.total_elapsed_time / timed_steps
+        return self.total_elapsed_time / divisor
 
     def avg_samples_per_sec(self) -> float:
-        """``batch_size * num_workers`` per mean step time after warm-up; ``-999`` before."""
+        """``batch_size * num_workers`` per step time after warm-up; ``-999`` before."""
         seconds = self._seconds_per_step()
         if seconds is None:
             return NOT_ENOUGH_STEPS
@@ -241,7 +261,7 @@ class ThroughputTimer:
         return NOT_ENOUGH_STEPS if seconds is None else 1 / seconds
 
     def print_elapsed_time(self, num_ops: float | None = None) -> None:
-        """On every 1000th step (after warm-up), print the mean step time in seconds and,
+        """On every 1000th step (after warm-up), print the step time in seconds and,
         with ``num_ops`` (floating-point operations per step), the TFLOP/s they give."""
         seconds = self._seconds_per_step()
         if seconds is None or self.count % PRINT_EVERY != 0:

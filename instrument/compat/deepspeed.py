@@ -34,9 +34,9 @@ from types import ModuleType
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from instrument import _state, clocks
+from instrument.compat import ranks as _ranks
 from instrument.compat.clock import cuda_events_usable
 from instrument.compat.clock import sync_device as _sync_device
 from instrument.compat.errors import (
@@ -96,7 +96,8 @@ def _records_events() -> bool:
 
 def _rank() -> int:
     """This process's rank, or -1 without a process group (as DeepSpeed prints it)."""
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else -1
+    found = _ranks.rank()
+    return -1 if found is None else found
 
 
 def _check_ranks(ranks: Iterable[int] | None) -> list[int]:
@@ -138,6 +139,9 @@ class SynchronizedWallClockTimer(TimerGroup["SynchronizedWallClockTimer.Timer"])
     Args:
         to_registry: Also time each start/stop as an ``instrument`` region named after the
             timer ('/' becomes '.'); ``None`` follows :func:`instrument.compat.to_registry`.
+        log_memory: Make ``log(..., memory_breakdown=True)`` append :meth:`memory_usage` to
+            the line, as older DeepSpeed releases did. By default the argument is accepted
+            and ignored, as in DeepSpeed main, so the line keeps its fields.
 
     Distributed:
         Nothing is collective: ``log`` prints this rank's own times, on the ranks asked for.
@@ -233,6 +237,12 @@ class SynchronizedWallClockTimer(TimerGroup["SynchronizedWallClockTimer.Timer"])
             state = "running" if self.started_ else "stopped"
             return f"<deepspeed Timer {self.name_!r} {state}>"
 
+    def __init__(self, *, to_registry: bool | None = None, log_memory: bool = False) -> None:
+        super().__init__(to_registry=to_registry)
+        if not isinstance(log_memory, bool):
+            raise TypeError(f"log_memory must be True or False, got {log_memory!r}")
+        self.log_memory = log_memory
+
     def _new_timer(self, name: str) -> SynchronizedWallClockTimer.Timer:
         return self.Timer(name, to_registry=self._to_registry)
 
@@ -264,7 +274,8 @@ class SynchronizedWallClockTimer(TimerGroup["SynchronizedWallClockTimer.Timer"])
         """Print ``"[Rank r] time (ms) | name: x.xx | ..."`` for the ``names`` this group
         holds (others are skipped), each divided by ``normalizer``, on ``ranks`` (default:
         rank 0; ``[-1]``: every rank; every process without a process group).
-        ``memory_breakdown`` appends :meth:`memory_usage`."""
+        ``memory_breakdown`` is ignored (DeepSpeed main) unless the group was built with
+        ``log_memory=True``; then it appends :meth:`memory_usage`."""
         scale = check_normalizer(normalizer)
         wanted = check_names(names)
         on_ranks = _check_ranks(ranks)
@@ -273,7 +284,7 @@ class SynchronizedWallClockTimer(TimerGroup["SynchronizedWallClockTimer.Timer"])
             timer = self.timers.get(name)
             if timer is not None:
                 line += f" | {name}: {timer.elapsed(reset=reset) / scale:.2f}"
-        if memory_breakdown:
+        if memory_breakdown and self.log_memory:
             line += self.memory_usage()
         _print_dist(line, on_ranks)
 
@@ -343,11 +354,9 @@ class NoopTimer:
     ) -> None:
         """Print nothing."""
 
-    def get_mean(
-        self, names: Iterable[str], normalizer: float = 1.0, reset: bool = True
-    ) -> dict[str, float]:
-        """No means: ``{}``."""
-        return {}
+    def get_mean(self, names: Iterable[str], normalizer: float = 1.0, reset: bool = True) -> None:
+        """No means: ``None``, as DeepSpeed's (its body is ``...``)."""
+        return
 
 
 @dataclass
@@ -396,13 +405,17 @@ def _check_batch_size(batch_size: object) -> float:
 def _check_steps_per_output(steps: object) -> int | None:
     if steps is None:
         return None
+    # Both wordings DeepSpeed has used are kept, so a match on either still works.
     if not isinstance(steps, numbers.Integral) or isinstance(steps, bool):
         raise TimerArgumentError(
             "steps_per_output must be a positive integer or None, "
             f"got {type(steps).__name__} {steps!r}"
         )
     if steps <= 0:
-        raise TimerArgumentError(f"steps_per_output must be greater than 0, got {steps!r}")
+        raise TimerArgumentError(
+            f"steps_per_output must be a positive integer or None, got {steps!r} "
+            "(steps_per_output must be greater than 0)"
+        )
     return int(steps)
 
 
@@ -411,7 +424,8 @@ def _import_psutil() -> ModuleType:
         return importlib.import_module("psutil")
     except ImportError as exc:
         raise ImportError(
-            "ThroughputTimer(monitor_memory=True) needs psutil; install it (pip install psutil)"
+            "Unable to import 'psutils', please install package: "
+            "ThroughputTimer(monitor_memory=True) needs psutil (pip install psutil)"
         ) from exc
 
 
@@ -508,7 +522,8 @@ class ThroughputTimer:
             return False
         if self.steps_per_output <= 0:  # changed after construction
             raise TimerArgumentError(
-                f"steps_per_output must be a positive integer, got {self.steps_per_output!r}"
+                f"steps_per_output must be a positive integer, got {self.steps_per_output!r} "
+                "(it was changed after the ThroughputTimer was built)"
             )
         return self.global_step_count % self.steps_per_output == 0
 

@@ -40,11 +40,11 @@ from instrument.compat.errors import (
     check_timer_name,
 )
 from instrument.compat.feed import RegistryFeed, feeds_registry
+from instrument.compat.ranks import rank_and_world
 from instrument.distributed.barrier import barrier_with_timeout
 from instrument.distributed.gather import active, gather_totals, union_of_paths
 from instrument.hooks.collectives import suppressed
 from instrument.region import BARRIER_TIMEOUT
-from instrument.sinks.files import rank_and_world
 
 __all__ = [
     "DummyTimer",
@@ -56,8 +56,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger("instrument")
+#: Where Megatron core >= 0.16 sends the text of ``Timers.log()`` (its module's logger).
+timers_logger = logging.getLogger("megatron.core.timers")
 
 LOG_OPTIONS = ("max", "minmax", "all")
+LOG_TO = ("logger", "print")
 MAX_LOG_LEVEL = 2
 
 
@@ -181,7 +184,7 @@ class Timer(TimerBase):
         """Start timing; raises :class:`TimerStateError` if already started."""
         if self._started:
             raise TimerStateError(
-                f"timer {self.name!r} has already been started; stop() it before start()"
+                f"timer has already been started ({self.name!r}); stop() it before start()"
             )
         self._start_clock(barrier)
         if self._feed is not None:
@@ -190,7 +193,7 @@ class Timer(TimerBase):
     def stop(self, barrier: bool = False) -> None:
         """Stop timing and add the time; raises :class:`TimerStateError` if not started."""
         if not self._started:
-            raise TimerStateError(f"timer {self.name!r} is not started; start() it before stop()")
+            raise TimerStateError(f"timer is not started ({self.name!r}); start() it before stop()")
         self._stop_clock(barrier)
         if self._feed is not None:
             self._feed.stop()
@@ -272,6 +275,9 @@ class Timers:
     Args:
         log_level: Timers above this level (0, 1 or 2) are :class:`DummyTimer`\\ s.
         log_option: Across ranks, "max" (the slowest rank), "minmax" or "all" (each rank).
+        log_to: Where :meth:`log` sends its text: ``"logger"`` (Megatron core >= 0.16:
+            ``logging.getLogger("megatron.core.timers").info``) or ``"print"`` (core <= 0.15
+            and NeMo Automodel: ``print(..., flush=True)``).
         to_registry: Also feed each timer's start/stop to the ``instrument`` registry
             (``None``: follow :func:`instrument.compat.to_registry`).
         barrier_timeout: The longest any barrier of these timers waits.
@@ -294,13 +300,18 @@ class Timers:
         log_level: int,
         log_option: str,
         *,
+        log_to: str = "logger",
         to_registry: bool | None = None,
         barrier_timeout: timedelta | float = BARRIER_TIMEOUT,
     ) -> None:
         self._log_level = _check_level(log_level, "log_level")
+        if log_to not in LOG_TO:
+            raise TimerArgumentError(f"log_to must be 'logger' or 'print', got {log_to!r}")
+        self._log_to = log_to
         if log_option not in LOG_OPTIONS:
             raise TimerArgumentError(
-                f"unknown log_option {log_option!r}; expected one of 'max', 'minmax', 'all'"
+                f"input log option {log_option!r} is invalid; expected one of 'max', 'minmax', "
+                "'all'"
             )
         self._log_option = log_option
         self._to_registry = feeds_registry(to_registry)
@@ -440,8 +451,9 @@ class Timers:
         reset: bool = True,
         barrier: bool = False,
     ) -> None:
-        """Print :meth:`get_all_timers_string` on ``rank`` (default: the last rank), e.g.
-        with ``normalizer`` set to the logging interval for per-step times."""
+        """Log :meth:`get_all_timers_string` on ``rank`` (default: the last rank), e.g.
+        with ``normalizer`` set to the logging interval for per-step times: at INFO to the
+        ``megatron.core.timers`` logger, or printed (flushed) with ``Timers(log_to="print")``."""
         own_rank, world = rank_and_world()
         if rank is None:
             rank = world - 1
@@ -449,7 +461,10 @@ class Timers:
             raise TimerArgumentError(f"rank must be an int in [0, {world - 1}], got {rank!r}")
         text = self.get_all_timers_string(names, normalizer, reset, barrier)
         if rank == own_rank and text is not None:
-            print(text, flush=True)
+            if self._log_to == "print":
+                print(text, flush=True)
+            else:
+                timers_logger.info(text)
 
     def write(
         self,
@@ -498,10 +513,15 @@ class Timers:
 
 def _log_to_wandb(writer: Any, times: dict[str, tuple[float, float]], iteration: int) -> None:
     for name, (_, high) in times.items():
-        writer.log({f"{name}-time": high}, step=iteration)
+        writer.log({f"{name}-time": high}, iteration)  # the step positional, as upstream
 
 
 def _check_level(level: object, what: str) -> int:
-    if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= MAX_LOG_LEVEL:
-        raise TimerArgumentError(f"{what} must be 0, 1 or 2 (max supported 2), got {level!r}")
+    if not isinstance(level, int) or isinstance(level, bool) or level < 0:
+        raise TimerArgumentError(f"{what} must be 0, 1 or 2, got {level!r}")
+    if level > MAX_LOG_LEVEL:  # Megatron's own words first: code matches on them
+        raise TimerArgumentError(
+            f"log level {level} is larger than max supported log level {MAX_LOG_LEVEL}; "
+            f"{what} must be 0, 1 or 2"
+        )
     return level

@@ -25,7 +25,9 @@ What differs from nanotron (on purpose):
   nanotron does, but the comparison is with the settings asked for, so a record that fell back
   to the CPU is not a conflict; ``@nanotron_timer("x")`` and ``@nanotron_timer(timer_type=...)``
   work as nanotron documents them, and ``async def`` functions are timed until they return.
-- ``log`` / ``log_all`` use rank 0 when no process group is initialized.
+- ``log`` / ``log_all`` use rank 0 when no process group is initialized. As in nanotron they
+  log at INFO to the ``nanotron.logging.timers`` logger (nanotron's logging setup applies;
+  without it, configure ``logging`` or pass ``logger=``).
 - With ``instrument.compat.to_registry()`` set before a record is created, its intervals are
   also ``instrument`` regions of the same name, so they reach reporters, trees and sinks.
 """
@@ -44,6 +46,7 @@ from typing import Any, ClassVar, TypeVar, overload
 import torch
 
 from instrument import _state, clocks
+from instrument.compat import ranks
 from instrument.compat.clock import cuda_events_usable
 from instrument.compat.errors import check_timer_name
 from instrument.compat.feed import RegistryFeed, feeds_registry
@@ -52,7 +55,10 @@ __all__ = ["TimerRecord", "TimerType", "Timers", "nanotron_timer"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_log = logging.getLogger(__name__)
+#: nanotron's own logger for this module (``nanotron.logging.get_logger(__name__)`` in
+#: ``nanotron/logging/timers.py``): inside the ``nanotron`` hierarchy, so nanotron's logging
+#: setup (``set_verbosity``, ``set_formatter``, its library root logger) applies to it.
+_log = logging.getLogger("nanotron.logging.timers")
 
 #: Completed CUDA pairs kept before ``end()`` resolves the finished ones (without waiting).
 FOLD_AT = 64
@@ -281,10 +287,9 @@ def _decorate(func: F, record: Callable[[], TimerRecord]) -> F:
 
 
 def _rank(group: Any) -> int:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(group)
-    return 0
+    """This rank in ``group`` (``None``: the world); 0 without a process group."""
+    found = ranks.rank(group)
+    return 0 if found is None else found
 
 
 def _line(name: str, timer: TimerRecord) -> str:

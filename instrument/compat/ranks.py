@@ -1,0 +1,56 @@
+"""Rank and world size as the ported timers read them: ``torch.distributed`` looked up when
+asked, not bound at import, so a test that replaces ``torch.distributed`` with a stub module
+(as NeMo's unit tests do) is answered by that stub, exactly as the upstream code is.
+
+A stub without ``is_available`` / ``is_initialized`` but with ``get_rank`` stands for a
+running process group (upstream calls ``get_rank()`` / ``get_world_size()`` on it directly).
+
+Example:
+    >>> from instrument.compat.ranks import rank_and_world
+    >>> rank_and_world()          # no process group
+    (0, 1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["group_ready", "rank", "rank_and_world"]
+
+
+def _dist() -> Any:
+    """Whatever ``torch.distributed`` is right now (the real module or a test's stub)."""
+    return getattr(torch, "distributed", None)
+
+
+def group_ready() -> bool:
+    """Whether ``torch.distributed`` answers rank questions: a real module with an initialized
+    default group, or a stub module that has ``get_rank``."""
+    dist = _dist()
+    if dist is None:
+        return False
+    is_available = getattr(dist, "is_available", None)
+    is_initialized = getattr(dist, "is_initialized", None)
+    if is_available is None and is_initialized is None:
+        return callable(getattr(dist, "get_rank", None))
+    if is_available is not None and not is_available():
+        return False
+    return is_initialized is None or bool(is_initialized())
+
+
+def rank(group: Any = None) -> int | None:
+    """This process's rank in ``group`` (``None``: the world), or ``None`` without a group."""
+    if not group_ready():
+        return None
+    dist = _dist()
+    return int(dist.get_rank() if group is None else dist.get_rank(group))
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's global rank and the world size; ``(0, 1)`` without a process group."""
+    if not group_ready():
+        return 0, 1
+    dist = _dist()
+    return int(dist.get_rank()), int(dist.get_world_size())
