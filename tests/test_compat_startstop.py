@@ -51,6 +51,10 @@ def test_elapsed_of_a_running_timer_counts_up_to_now_and_keeps_running(
     assert timer.elapsed() == 0.25 * unit  # the first read reset what came before it
 
 
+# The sources' assertion texts, kept inside the messages: bing_bert/timer.py (DeepSpeedExamples
+# commit d02b867) Timer.start ``'timer has already been started'``, Timer.stop ``'timer is not
+# started'``; deepspeed/utils/timer.py (DeepSpeed commit 038beb6) Timer.start
+# ``f"{self.name_} timer has already been started"``, Timer.stop ``"timer is not started"``.
 @pytest.mark.parametrize(
     ("group", "already_started"),
     [

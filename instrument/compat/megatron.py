@@ -2,7 +2,10 @@
 ``nemo_automodel/components/training/timers.py``: change one import, keep the calls.
 
 Same classes, signatures, units (seconds from ``elapsed()``, milliseconds in the log
-strings, seconds in TensorBoard) and output formats. What differs:
+strings, seconds in TensorBoard) and output formats. As in Megatron core >= 0.16,
+``Timers.log()`` sends its text to ``logging.getLogger("megatron.core.timers")`` at INFO
+(``Timers(..., log_to="print")`` prints it as core <= 0.15 does;
+:mod:`instrument.compat.nemo` prints by default, as NeMo Automodel does). What differs:
 
 * No CUDA needed: the host clock (``time.perf_counter_ns``, or a ``Clock`` given to
   ``instrument.configure(clock=...)``) is read after ``torch.cuda.synchronize()`` when
