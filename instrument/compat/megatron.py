@@ -31,7 +31,10 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; annotations only, so no runtime import
+    from typing_extensions import Self
 
 from instrument import _state
 from instrument.compat.clock import sync_device as _sync_device
