@@ -5,12 +5,13 @@ merged across blocks.
 
 ``torch.utils.checkpoint`` hands the checkpointed function to ``CheckpointFunction``
 (reentrant) or ``_checkpoint_without_reentrant_generator`` (non-reentrant); both are
-patched while installed to wrap that function. Its first call (the forward) runs as is;
-a call during backward (the recompute) opens ``recompute`` — on autograd's own threads
-under the ``backward`` region — and then the regions of the module's timed ancestors, so
-the modules inside keep their full names. The module is found from the function:
-the module itself, a bound method of it, or ``partial(forward, module)`` (what HF
-transformers' ``GradientCheckpointingLayer`` passes).
+patched while installed to wrap that function, noting the regions open below ``forward``
+at that moment (the forward pass). Calls outside backward run as is; a call during
+backward (the recompute) opens ``recompute`` — on autograd's own threads under the
+``backward`` region — and then the noted regions, so the recomputed modules get the same
+path under ``backward/recompute`` as under ``forward``, whether the checkpointed function
+is the module, its bound ``forward`` or ``partial(forward, module)`` (what HF transformers'
+``GradientCheckpointingLayer`` passes, from inside the block's own region).
 """
 
 from __future__ import annotations
@@ -21,52 +22,34 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint as torch_checkpoint
-from torch import nn
 
-from instrument.hooks import modules, patches
+from instrument.hooks import patches
 from instrument.region import ROOT_FRAME, Frame, Region, _get, _set, region_for
 from instrument.registry import ROOT, PathNode
 
 compiling = torch.compiler.is_compiling
 _in_backward = torch._C._current_graph_task_id
-_REENTERING = ("__call__", "_call_impl", "_wrapped_call_impl")
 
 
-def _target(fn: Any) -> tuple[nn.Module | None, bool]:
-    """The module ``fn`` runs, and whether calling ``fn`` goes through the module's own
-    (timed) call — else the recompute opens the module's region itself."""
-    if isinstance(fn, nn.Module):
-        return fn, True
-    if isinstance(fn, functools.partial):
-        if fn.args and isinstance(fn.args[0], nn.Module):
-            return fn.args[0], _reenters(fn.func)
-        return _target(fn.func)
-    owner = getattr(fn, "__self__", None)
-    if isinstance(owner, nn.Module):
-        return owner, _reenters(getattr(fn, "__func__", fn))
-    return None, False
-
-
-def _reenters(func: Any) -> bool:
-    return getattr(func, "__name__", "") in _REENTERING or bool(
-        getattr(func, "_instrument_forward", False)
-    )
-
-
-def _chain(fn: Any) -> tuple[Region, ...]:
-    """The regions a recompute of ``fn`` opens below ``recompute``."""
-    module, reenters = _target(fn)
-    found = modules._timed.get(module) if module is not None else None
-    if found is None:
-        return ()
-    region, hooks = found
-    ancestors = hooks.ancestors.get(module, ())  # type: ignore[arg-type]
-    return ancestors if reenters else (*ancestors, region)
+def _open_regions() -> list[Region]:
+    """The regions open in this context below the model's ``forward`` (outermost first)."""
+    out: list[Region] = []
+    frame: Frame | None = _get()
+    while frame is not None and frame[0] is not ROOT:
+        owner = frame[3]
+        if getattr(owner, "name", None) == "forward" or not isinstance(owner, Region):
+            break
+        out.append(owner)
+        frame = frame[2]
+    out.reverse()
+    return out
 
 
 def attributed(fn: Callable[..., Any], anchor: Callable[[], PathNode]) -> Callable[..., Any]:
-    """``fn``, whose calls during backward are timed as ``recompute/...``."""
+    """``fn``, whose calls during backward are timed as ``recompute/...`` below the regions
+    open now (in the forward pass, where torch's checkpoint receives ``fn``)."""
     recompute = region_for("recompute")
+    chain = _open_regions()
 
     def run(*args: Any, **kwargs: Any) -> Any:
         if compiling() or _in_backward() == -1:
@@ -77,9 +60,7 @@ def attributed(fn: Callable[..., Any], anchor: Callable[[], PathNode]) -> Callab
             _set(frame)
         opened: list[Region] = []
         try:
-            recompute.__enter__()
-            opened.append(recompute)
-            for region in _chain(fn):
+            for region in (recompute, *chain):
                 region.__enter__()
                 opened.append(region)
             return fn(*args, **kwargs)

@@ -183,12 +183,8 @@ class ModuleHooks:
         self._handles: list[RemovableHandle] = []
         self._restore: list[Callable[[], None]] = []
         self._anchor = backward_anchor or (lambda: ROOT.child("backward", 0, "cpu"))
-        self.ancestors: dict[nn.Module, tuple[Region, ...]] = {}
-        regions: dict[str, Region] = {}
         for target in targets:
             region = region_for(target.name, clock)
-            regions[target.qualname] = region
-            self.ancestors[target.module] = _ancestor_regions(target.qualname, regions)
             if target.compiled and getattr(target.module, "_compiled_call_impl", None):
                 self._time_compiled_in_place(target.module, region)
                 continue
@@ -213,7 +209,6 @@ class ModuleHooks:
             with region:
                 return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
 
-        forward._instrument_forward = True  # type: ignore[attr-defined]
         timed = types.MethodType(forward, module)
         module.__dict__["forward"] = timed
 
@@ -225,11 +220,6 @@ class ModuleHooks:
                     del module.__dict__["forward"]
 
         self._restore.append(restore)
-
-    def region_of(self, module: nn.Module) -> Region | None:
-        """The region these hooks time ``module`` as, if any."""
-        found = _timed.get(module)
-        return found[0] if found is not None and found[1] is self else None
 
     def _time_compiled_in_place(self, module: nn.Module, region: Region) -> None:
         """``module.compile()`` compiles the hooks too: time its compiled call from outside."""
@@ -283,7 +273,6 @@ class ModuleHooks:
             undo()
         for module in [m for m, (_, hooks) in list(_timed.items()) if hooks is self]:
             _timed.pop(module, None)
-        self.ancestors = {}
 
     def watch_compile(self) -> None:
         """Keep timing modules compiled after this point (see the module doc)."""
@@ -291,18 +280,6 @@ class ModuleHooks:
 
         self._restore.append(patches.patch(OptimizedModule, "__call__", _optimized_call))
         self._restore.append(patches.patch(nn.Module, "compile", _compile_in_place))
-
-
-def _ancestor_regions(qualname: str, regions: dict[str, Region]) -> tuple[Region, ...]:
-    """The regions of the timed modules above ``qualname`` (the root's excluded), outermost
-    first: what a recompute of the module nests under to keep its full path."""
-    out: list[Region] = []
-    parts = qualname.split(".") if qualname else []
-    for i in range(1, len(parts)):
-        found = regions.get(".".join(parts[:i]))
-        if found is not None:
-            out.append(found)
-    return tuple(out)
 
 
 def _optimized_call(original: Callable[..., Any]) -> Callable[..., Any]:
