@@ -19,15 +19,17 @@ reason the reviewer can see::
 
 Fragments are still compiled, so their syntax is checked. A file that says
 ``<!-- docs-test: every Python block is a complete script -->`` gets each of its Python
-blocks run on its own (a forked interpreter: fresh namespace, registry and loggers). ``INSTRUMENT_DOCS_UPDATE=1
-python -m pytest tests/test_docs.py`` rewrites every shown output that no longer matches
-with what the block printed (matching ones are left as written).
+blocks run on its own (a forked interpreter: fresh namespace, registry and loggers).
+``INSTRUMENT_DOCS_UPDATE=1 python -m pytest tests/test_docs.py`` rewrites every shown
+output that no longer matches with what the block printed (matching ones are left as they
+are).
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import itertools
 import json
 import os
 import re
@@ -38,6 +40,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -93,7 +97,7 @@ def parse(text: str) -> list[Block]:
         body = "\n".join(lines[i + 1 : j])
         blocks.append(Block(lang, i, j, body, match.group(1) if match else None))
         i = j + 1
-    for block, after in zip(blocks, blocks[1:]):
+    for block, after in itertools.pairwise(blocks):
         between = [x.strip() for x in lines[block.end + 1 : after.start] if x.strip()]
         short = not between or (len(between) == 1 and len(between[0]) <= 20)
         if (
@@ -185,7 +189,7 @@ def _run_python(block: Block, name: str, namespace: dict[str, object]) -> dict[s
         try:
             code = compile(block.body, f"{name}:{block.start + 2}", "exec", dont_inherit=True)
             exec(code, namespace)
-        except BaseException:  # noqa: BLE001 - reported to the parent test
+        except BaseException:  # reported to the parent test
             result["error"] = traceback.format_exc()
     return result
 
@@ -258,9 +262,7 @@ def normalise(text: str) -> list[str]:
 
 def matches(expected: str, actual: str) -> bool:
     """Whether the actual output fits the shown one (``...`` lines match any lines)."""
-    pattern = [
-        ".*?" if line == "..." else re.escape(line) + "\n" for line in normalise(expected)
-    ]
+    pattern = [".*?" if line == "..." else re.escape(line) + "\n" for line in normalise(expected)]
     return re.fullmatch("".join(pattern), "\n".join(normalise(actual)) + "\n", re.S) is not None
 
 
@@ -319,7 +321,7 @@ def check_doc(doc: Path) -> list[str]:
             got = result["commands"]
             assert isinstance(got, list)
             new_body: list[str] = []
-            for command, expected, actual in zip(commands, shown, got):
+            for command, expected, actual in zip(commands, shown, got, strict=False):
                 new_body.append(command)
                 if matches(expected, actual):
                     new_body += expected.rstrip("\n").split("\n") if expected.strip() else []
@@ -362,40 +364,75 @@ def _mismatch(where: str, command: str, expected: str, actual: str) -> str:
 
 # ---------------------------------------------------------------- the tests
 
-if "pytest" in sys.modules:
-    import pytest
 
-    @pytest.mark.slow
-    @pytest.mark.timeout(240)
-    @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
-    def test_doc_runs_and_prints_what_it_shows(doc: Path) -> None:
-        if doc.name in KNOWN_DRIFT:
-            pytest.xfail(KNOWN_DRIFT[doc.name])
-        problems = check_doc(doc)
-        assert not problems, "\n\n".join(problems)
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_doc_runs_and_prints_what_it_shows(doc: Path) -> None:
+    if doc.name in KNOWN_DRIFT:
+        pytest.xfail(KNOWN_DRIFT[doc.name])
+    problems = check_doc(doc)
+    assert not problems, "\n\n".join(problems)
 
-    def test_normalise_keeps_names_and_tree_and_drops_numbers() -> None:
-        shown = "step (10 steps)   147.617  100.0\n├── forward  52.9 35.9\n...\n└── (other) 1.7"
-        printed = "step (10 steps) 150.1 100.0\n├── forward 50.0 33.3\n│   └── x 1.0 2.0\n└── (other) 2.0"
-        assert matches(shown, printed)
-        assert not matches(shown, printed.replace("forward", "backward"))
-        assert not matches(shown, printed.replace("├──", "└──"))
-        assert matches("host rss 2.1 GB at 0x7f0e", "host rss 412 MB at 0x55aa")
 
-    def test_markers_accept_only_the_listed_reasons() -> None:
-        text = "<!-- not run: too slow -->\n```python\npass\n```\n"
-        assert check_markers(parse(text))
-        text = "<!-- not run: needs a GPU -->\n```python\npass\n```\n"
-        assert not check_markers(parse(text))
+def test_normalise_keeps_names_and_tree_and_drops_numbers() -> None:
+    shown = "step (10 steps)   147.617  100.0\n├── forward  52.9 35.9\n...\n└── (other) 1.7"
+    printed = (
+        "step (10 steps) 150.1 100.0\n├── forward 50.0 33.3\n│   └── x 1.0 2.0\n└── (other) 2.0"
+    )
+    assert matches(shown, printed)
+    assert not matches(shown, printed.replace("forward", "backward"))
+    assert not matches(shown, printed.replace("├──", "└──"))
+    assert matches("host rss 2.1 GB at 0x7f0e", "host rss 412 MB at 0x55aa")
 
-    def test_a_broken_doc_goes_red(tmp_path: Path) -> None:
-        doc = tmp_path / "broken.md"
-        doc.write_text(
-            "```python\nprint('forward', 1 + 1)\n```\n\n```text\nbackward 2\n```\n"
-            "\n```console\n$ echo hello\nhello\n$ ls missing.txt\nmissing.txt\n```\n",
-            encoding="utf-8",
-        )
-        problems = check_doc(doc)
-        assert len(problems) == 2, problems
-        assert "backward 2" in problems[0] and "forward 2" in problems[0]
-        assert "No such file" in problems[1]
+
+def test_markers_accept_only_the_listed_reasons() -> None:
+    text = "<!-- not run: too slow -->\n```python\npass\n```\n"
+    assert check_markers(parse(text))
+    text = "<!-- not run: needs a GPU -->\n```python\npass\n```\n"
+    assert not check_markers(parse(text))
+
+
+def test_a_broken_doc_goes_red(tmp_path: Path) -> None:
+    doc = tmp_path / "broken.md"
+    doc.write_text(
+        "```python\nprint('forward', 1 + 1)\n```\n\n```text\nbackward 2\n```\n"
+        "\n```console\n$ echo hello\nhello\n$ ls missing.txt\nmissing.txt\n```\n",
+        encoding="utf-8",
+    )
+    problems = check_doc(doc)
+    assert len(problems) == 2, problems
+    assert "backward 2" in problems[0]
+    assert "forward 2" in problems[0]
+    assert "No such file" in problems[1]
+
+
+def test_every_public_name_is_in_the_api_reference() -> None:
+    """What is public is documented, and what is not documented is private (issue 16)."""
+    import instrument
+    import instrument.compat
+    import instrument.sinks
+    import instrument.testing
+
+    api = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    modules = (instrument, instrument.sinks, instrument.testing, instrument.compat)
+    missing = [
+        f"{module.__name__}.{name}"
+        for module in modules
+        for name in module.__all__
+        if f"`{name}" not in api and f".{name}`" not in api and f".{name}(" not in api
+    ]
+    assert not missing, f"public but not in docs/api.md: {missing}"
+    assert set(instrument.testing.__all__) == {"FakeClock", "capture_reports", "reset", "use_clock"}
+
+
+def test_regions_and_sinks_expose_only_their_documented_members() -> None:
+    import instrument
+    from instrument.region import CpuRegion, SkippedRegion
+
+    documented = {"name", "clock", "level", "mode"}
+    for region in (instrument.timed("x"), CpuRegion("x"), SkippedRegion("x")):
+        public = {n for n in dir(region) if not n.startswith("_")}
+        assert public == documented, public - documented
+    sink = {n for n in dir(instrument.sinks.Sink) if not n.startswith("_")}
+    assert sink == {"write", "flush", "close", "ranks", "wants"}
