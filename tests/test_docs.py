@@ -19,7 +19,9 @@ reason the reviewer can see::
 
 Fragments are still compiled, so their syntax is checked. A file that says
 ``<!-- docs-test: every Python block is a complete script -->`` gets each of its Python
-blocks run on its own (a forked interpreter: fresh namespace, registry and loggers).
+blocks run on its own (a forked interpreter: fresh namespace, registry and loggers), and
+one that says ``<!-- docs-test: numbers are exact -->`` has its numbers compared as they
+are (except memory lines, the ``s wall`` of report titles and object addresses).
 ``INSTRUMENT_DOCS_UPDATE=1 python -m pytest tests/test_docs.py`` rewrites every shown
 output that no longer matches with what the block printed (matching ones are left as they
 are).
@@ -58,6 +60,8 @@ REASONS = (
 )
 # A file whose Python blocks are each a complete script says so; each then runs on its own.
 ISOLATED = "<!-- docs-test: every Python block is a complete script -->"
+# A file whose outputs come from a fake clock says so; its numbers are then compared exactly.
+EXACT = "<!-- docs-test: numbers are exact -->"
 MARKER = re.compile(r"^<!--\s*not run:\s*(.+?)\s*-->$")
 # Known drift fixed on another branch: the file's test is an expected failure until then.
 KNOWN_DRIFT: dict[str, str] = {
@@ -248,22 +252,34 @@ def run_session(doc: Path, result_path: Path) -> None:
 # ---------------------------------------------------------------- comparing (parent)
 
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?[kMGT]?")
+_WALL = re.compile(r"\d+(?:\.\d+)? s wall")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _SIZE = re.compile(r"\bN ?(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
 
 
-def normalise(text: str) -> list[str]:
-    """Lines with every number as ``N``, byte sizes as ``N B`` and spaces collapsed."""
+def normalise(text: str, exact: bool = False) -> list[str]:
+    """Lines with every number as ``N``, byte sizes as ``N B`` and spaces collapsed.
+
+    ``exact``: numbers are kept, except what no fake clock makes exact: memory lines, the
+    ``· X.XX s wall`` of a report title and object addresses.
+    """
     lines = []
     for line in text.strip("\n").split("\n"):
-        line = _SIZE.sub("N B", _NUMBER.sub("N", line))
+        if not exact or line.startswith("memory:"):
+            line = _SIZE.sub("N B", _NUMBER.sub("N", line))
+        else:
+            line = _ADDRESS.sub("0xN", _WALL.sub("N s wall", line))
         lines.append(" ".join(line.split()))
     return lines
 
 
-def matches(expected: str, actual: str) -> bool:
+def matches(expected: str, actual: str, exact: bool = False) -> bool:
     """Whether the actual output fits the shown one (``...`` lines match any lines)."""
-    pattern = [".*?" if line == "..." else re.escape(line) + "\n" for line in normalise(expected)]
-    return re.fullmatch("".join(pattern), "\n".join(normalise(actual)) + "\n", re.S) is not None
+    pattern = [
+        ".*?" if line == "..." else re.escape(line) + "\n" for line in normalise(expected, exact)
+    ]
+    text = "\n".join(normalise(actual, exact)) + "\n"
+    return re.fullmatch("".join(pattern), text, re.S) is not None
 
 
 def _session(doc: Path, workdir: Path) -> list[dict[str, object]]:
@@ -297,6 +313,7 @@ def check_doc(doc: Path) -> list[str]:
     text = doc.read_text(encoding="utf-8")
     blocks = parse(text)
     problems = check_markers(blocks)
+    exact = EXACT in text
     for block in blocks:
         if block.skip and block.skip.startswith("a fragment") and block.lang in PYTHON:
             try:
@@ -323,7 +340,7 @@ def check_doc(doc: Path) -> list[str]:
             new_body: list[str] = []
             for command, expected, actual in zip(commands, shown, got, strict=False):
                 new_body.append(command)
-                if matches(expected, actual):
+                if matches(expected, actual, exact):
                     new_body += expected.rstrip("\n").split("\n") if expected.strip() else []
                 else:
                     problems.append(_mismatch(where, command, expected, actual))
@@ -339,7 +356,7 @@ def check_doc(doc: Path) -> list[str]:
                     + actual[:2000]
                 )
             continue
-        if not matches(block.output.body, actual):
+        if not matches(block.output.body, actual, exact):
             problems.append(_mismatch(where, "", block.output.body, actual))
             new = actual.rstrip("\n").split("\n")
             replace.append((block.output.start + 1, block.output.end, new))
@@ -384,6 +401,9 @@ def test_normalise_keeps_names_and_tree_and_drops_numbers() -> None:
     assert not matches(shown, printed.replace("forward", "backward"))
     assert not matches(shown, printed.replace("├──", "└──"))
     assert matches("host rss 2.1 GB at 0x7f0e", "host rss 412 MB at 0x55aa")
+    assert not matches("4 0.03", "5 0.03", exact=True)
+    assert matches("#1 · 0.00 s wall at 0x7f", "#1 · 0.02 s wall at 0x55", exact=True)
+    assert matches("memory: host rss 2.1 GB", "memory: host rss 412 MB", exact=True)
 
 
 def test_markers_accept_only_the_listed_reasons() -> None:
