@@ -57,6 +57,7 @@ REASONS = (
     "needs a network",
     "a signature",
     "a fragment",
+    "runs this test suite",
 )
 # A file whose Python blocks are each a complete script says so; each then runs on its own.
 ISOLATED = "<!-- docs-test: every Python block is a complete script -->"
@@ -456,3 +457,17 @@ def test_regions_and_sinks_expose_only_their_documented_members() -> None:
         assert public == documented, public - documented
     sink = {n for n in dir(instrument.sinks.Sink) if not n.startswith("_")}
     assert sink == {"write", "flush", "close", "ranks", "wants"}
+
+
+def test_testing_md_names_only_tests_that_exist() -> None:
+    """docs/testing.md maps each promise to a test; every test it names must be real."""
+    text = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    named = re.findall(r"(test_\w+\.py)::(test_\w+)", text)
+    assert len(named) > 100
+    missing = [
+        f"{file}::{name}"
+        for file, name in named
+        if not (ROOT / "tests" / file).exists()
+        or f"def {name}(" not in (ROOT / "tests" / file).read_text(encoding="utf-8")
+    ]
+    assert not missing, f"docs/testing.md names tests that do not exist: {missing}"

@@ -52,7 +52,10 @@ def _resolve(dotted: str) -> Any:
     return obj
 
 
-@pytest.mark.parametrize(("dotted", "params"), _documented_signatures(), ids=lambda v: str(v))
+SIGNATURES = _documented_signatures()
+
+
+@pytest.mark.parametrize(("dotted", "params"), SIGNATURES, ids=[d for d, _ in SIGNATURES])
 def test_api_signatures_name_the_real_parameters(dotted: str, params: list[str]) -> None:
     """api.md's signature blocks list the parameters the code takes, in order (items 6, 14)."""
     if dotted == "instrument.timed":
