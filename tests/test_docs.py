@@ -289,6 +289,7 @@ def _session(doc: Path, workdir: Path) -> list[dict[str, object]]:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(WANDB_SILENT="true", WANDB_MODE="offline", NO_COLOR="1", COLUMNS="100")
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the shown outputs are a CPU's; GPU blocks are marked
     env.pop("FORCE_COLOR", None)
     code = (
         "import sys; sys.path.insert(0, sys.argv[3]); import test_docs; "
