@@ -104,7 +104,9 @@ def parse(text: str) -> list[Block]:
         i = j + 1
     for block, after in itertools.pairwise(blocks):
         between = [x.strip() for x in lines[block.end + 1 : after.start] if x.strip()]
-        short = not between or (len(between) == 1 and len(between[0]) <= 20)
+        short = not between or (
+            len(between) == 1 and len(between[0]) <= 20 and not between[0].startswith(("#", "<"))
+        )
         if (
             block.lang in PYTHON | {"bash", "sh", "shell"}
             and after.lang in OUTPUT
