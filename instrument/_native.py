@@ -16,3 +16,15 @@ if not os.environ.get("INSTRUMENT_NO_EXTENSIONS"):
         speedups = importlib.import_module("instrument._speedups")
     except ImportError:  # pragma: no cover - depends on the build
         speedups = None
+if speedups is not None and not hasattr(speedups.RegionBase, "_cpu_enter"):
+    # An extension built from an older _speedups.c: rebuild it (pip install, or
+    # python setup.py build_ext --inplace); until then the pure-Python path runs.
+    import warnings
+
+    warnings.warn(
+        "instrument: the C accelerator is out of date with this source; using pure Python "
+        "(rebuild it: python setup.py build_ext --inplace)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    speedups = None

@@ -514,11 +514,11 @@ Region_skip_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef Region_methods[] = {
-    {"cpu_enter", (PyCFunction)Region_cpu_enter, METH_NOARGS, "Host-clock __enter__."},
-    {"cpu_exit", (PyCFunction)(void (*)(void))Region_cpu_exit, METH_FASTCALL,
+    {"_cpu_enter", (PyCFunction)Region_cpu_enter, METH_NOARGS, "Host-clock __enter__."},
+    {"_cpu_exit", (PyCFunction)(void (*)(void))Region_cpu_exit, METH_FASTCALL,
      "Host-clock __exit__."},
-    {"skip_enter", (PyCFunction)Region_skip_enter, METH_NOARGS, "Disabled __enter__."},
-    {"skip_exit", (PyCFunction)(void (*)(void))Region_skip_exit, METH_FASTCALL,
+    {"_skip_enter", (PyCFunction)Region_skip_enter, METH_NOARGS, "Disabled __enter__."},
+    {"_skip_exit", (PyCFunction)(void (*)(void))Region_skip_exit, METH_FASTCALL,
      "Disabled __exit__ (closes a frame opened before disable())."},
     {NULL, NULL, 0, NULL},
 };

@@ -139,7 +139,7 @@ def _close(frame: Frame) -> None:
     start_event = frame[4]
     end_event = clocks.record_event() if start_event is not None else None
     t1 = owner._now()
-    if owner.observed or observe._open or observe.trace is not None:
+    if owner._observed or observe._open or observe.trace is not None:
         observe.exited(frame, t1)
     _unlink(frame)
     node = frame[0]
@@ -170,7 +170,7 @@ class Region(RegionBase):
 
     __slots__ = ()
     mode: ClassVar[str | None] = None
-    observed: ClassVar[bool] = False  # also traced / NVTX / profiler ranges (observe.py)
+    _observed: ClassVar[bool] = False  # also traced / NVTX / profiler ranges (observe.py)
 
     def __init__(self, name: str, clock: object = None, level: int = 0) -> None:
         self.name = name
@@ -208,7 +208,7 @@ class Region(RegionBase):
         event = clocks.record_event() if mode == "cuda" else None
         frame: Frame = (node, self._now(), parent, self, event)
         _set(frame)
-        if self.observed:
+        if self._observed:
             observe.entered(self, frame)
         return frame
 
@@ -310,21 +310,21 @@ class ObservedCpuRegion(DeviceRegion):
 
     __slots__ = ()
     mode = CPU
-    observed = True
+    _observed = True
 
 
 class ObservedCudaRegion(CudaRegion):
     """A "cuda" region while something watches."""
 
     __slots__ = ()
-    observed = True
+    _observed = True
 
 
 class ObservedSyncRegion(SyncRegion):
     """A "sync" region while something watches."""
 
     __slots__ = ()
-    observed = True
+    _observed = True
 
 
 class SkippedRegion(Region):
@@ -351,10 +351,10 @@ class SkippedRegion(Region):
 
 if speedups is not None:
     # The C accelerator's host-clock enter/exit replace the Python ones written above.
-    CpuRegion.__enter__ = speedups.RegionBase.cpu_enter  # type: ignore[method-assign]
-    CpuRegion.__exit__ = speedups.RegionBase.cpu_exit  # type: ignore[method-assign]
-    SkippedRegion.__enter__ = speedups.RegionBase.skip_enter  # type: ignore[method-assign]
-    SkippedRegion.__exit__ = speedups.RegionBase.skip_exit  # type: ignore[method-assign]
+    CpuRegion.__enter__ = speedups.RegionBase._cpu_enter  # type: ignore[method-assign]
+    CpuRegion.__exit__ = speedups.RegionBase._cpu_exit  # type: ignore[method-assign]
+    SkippedRegion.__enter__ = speedups.RegionBase._skip_enter  # type: ignore[method-assign]
+    SkippedRegion.__exit__ = speedups.RegionBase._skip_exit  # type: ignore[method-assign]
     speedups.bind(_frame, ROOT_FRAME, time.perf_counter_ns, CpuRegion, SkippedRegion)
     _get = speedups.get_top
     _set = speedups.set_top

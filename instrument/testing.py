@@ -22,6 +22,8 @@ from instrument.compat import feed as compat_feed
 from instrument.report import Report
 from instrument.sinks.memory import InMemory
 
+__all__ = ["FakeClock", "capture_reports", "reset", "use_clock"]
+
 
 class FakeClock:
     """A host clock that moves only when told to (integer nanoseconds inside)."""

@@ -1,4 +1,8 @@
-"""One cross-rank gather per flush: which rank was slowest, per region.
+"""The cross-rank exchange of a flush: which rank was slowest, per region.
+
+Today a gathered flush runs two collectives, three when path lists differ: a hash
+all-gather and, only when the hashes differ, an object all-gather of the path lists (both
+over gloo), then one all-gather of the values.
 
 Ranks may have recorded different regions, so the union of paths comes first, cheaply: each
 rank contributes a 64-bit hash of its path list, and only when the hashes differ are the
