@@ -4,7 +4,7 @@ Each markdown file is one session: its Python blocks run in order in one namespa
 fresh interpreter, in a temporary directory), and its shell commands run in the same
 directory, so a command can read the files that earlier blocks wrote. The output block
 shown after a block (a plain or ``text`` fence, right after it or after one short line
-such as "prints") is compared with what the block printed, numbers normalised: every number
+such as "prints", or one prose line ending in "prints") is compared with what the block printed, numbers normalised: every number
 becomes ``N`` and runs of spaces become one, so names, order and tree structure must match
 while timings may differ. A line ``...`` in a shown output stands for any number of lines.
 
@@ -65,10 +65,7 @@ ISOLATED = "<!-- docs-test: every Python block is a complete script -->"
 EXACT = "<!-- docs-test: numbers are exact -->"
 MARKER = re.compile(r"^<!--\s*not run:\s*(.+?)\s*-->$")
 # Known drift fixed on another branch: the file's test is an expected failure until then.
-KNOWN_DRIFT: dict[str, str] = {
-    "migration.md": "issue 16 items 8-10 (timers.write resets, log_all logs at INFO, "
-    "[Rank -1]) are fixed on branch i22-compat; delete this entry after merging it",
-}
+KNOWN_DRIFT: dict[str, str] = {}
 
 
 @dataclass
@@ -105,7 +102,9 @@ def parse(text: str) -> list[Block]:
     for block, after in itertools.pairwise(blocks):
         between = [x.strip() for x in lines[block.end + 1 : after.start] if x.strip()]
         short = not between or (
-            len(between) == 1 and len(between[0]) <= 20 and not between[0].startswith(("#", "<"))
+            len(between) == 1
+            and (len(between[0]) <= 20 or between[0].rstrip(":").endswith("prints"))
+            and not between[0].startswith(("#", "<"))
         )
         if (
             block.lang in PYTHON | {"bash", "sh", "shell"}
