@@ -12,9 +12,11 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from instrument import diffstats
+from instrument.diffstats import Shift
 from instrument.reading import ReportFileError, locate, read_file
 from instrument.report import Report
 from instrument.sinks.console import Console
@@ -104,18 +106,21 @@ def show(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class Profile:
-    """Mean time (seconds) of every path per step — or per report when the run marked no
-    step — over the reports kept after warm-up."""
+    """Time of every path per step — or per report when the run marked no step — over the
+    reports kept after warm-up: ``times`` the mean over them (seconds), ``samples`` one
+    value per kept report (a path missing from a report counts 0 there)."""
 
     run: Run
     times: dict[str, float]
     per: str  # "step" or "report"
     skipped: int
     steps: int
+    samples: dict[str, list[float]] = field(default_factory=dict)
 
 
 def profile(run: Run, skip_first: int | None) -> Profile:
-    """Sum each path's time over the kept reports, then divide by their steps."""
+    """Sum each path's time over the kept reports, then divide by their steps; keep each
+    report's own time per step as a sample for the noise estimate."""
     reports = stepped(run.reports)
     skip = (1 if len(reports) > 2 else 0) if skip_first is None else skip_first
     if skip >= len(reports):
@@ -123,29 +128,39 @@ def profile(run: Run, skip_first: int | None) -> Profile:
     kept = reports[skip:]
     steps = sum(report.steps for report in kept)
     times: dict[str, float] = {}
+    samples: dict[str, list[float]] = {}
 
-    def add(path: str, seconds: float) -> None:
-        times[path] = times.get(path, 0.0) + seconds
-
-    for report in kept:
+    for i, report in enumerate(kept):
         factor = interval_factor(report)
+        row: dict[str, float] = {}
         if report.step_time is not None:
-            add(STEP_ROW, report.step_time.total * factor)
-            add(OTHER_ROW, (report.other or 0.0) * factor)
+            row[STEP_ROW] = report.step_time.total * factor
+            row[OTHER_ROW] = (report.other or 0.0) * factor
         for node in report.nodes:
-            add(node.path, node.total * factor)
+            row[node.path] = row.get(node.path, 0.0) + node.total * factor
+        count = report.steps or 1
+        for path, seconds in row.items():
+            times[path] = times.get(path, 0.0) + seconds
+            samples.setdefault(path, [0.0] * i).append(seconds / count)
+        for values in samples.values():
+            if len(values) == i:
+                values.append(0.0)
     divisor = steps or len(kept)
     per = "step" if steps else "report"
-    return Profile(run, {p: t / divisor for p, t in times.items()}, per, skip, steps)
+    means = {p: t / divisor for p, t in times.items()}
+    return Profile(run, means, per, skip, steps, samples)
 
 
 @dataclass(frozen=True)
 class Change:
-    """One path's time per step in run A and run B (seconds; ``None``: not in that run)."""
+    """One path's time per step in run A and run B (seconds; ``None``: not in that run),
+    and the shift between their per-report distributions (``None`` for a path in one run
+    only)."""
 
     path: str
     before: float | None
     after: float | None
+    shift: Shift | None = None
 
     @property
     def delta(self) -> float:
@@ -159,15 +174,41 @@ class Change:
             return None
         return 100.0 * self.delta / self.before
 
+    @property
+    def significant(self) -> bool:
+        """The runs' distributions differ beyond their noise (the shift's interval leaves
+        out zero)."""
+        return self.shift is not None and self.shift.significant
+
+    def interval_percent(self) -> tuple[float, float] | None:
+        """The confidence interval of the change of the median, relative to A's median,
+        in percent."""
+        if self.shift is None:
+            return None
+        low, high = self.shift.low_percent, self.shift.high_percent
+        return None if low is None or high is None else (low, high)
+
+    def verdict(self, threshold: float, floor: float = 0.0) -> str:
+        """ "slower" / "faster" when the change is significant, its whole interval lies
+        beyond ``threshold`` percent and it moved the median by at least ``floor``
+        seconds; else "" (noise, or too small to matter)."""
+        if self.shift is None or abs(self.shift.estimate) < floor:
+            return ""
+        return self.shift.beyond(threshold)
+
 
 def compare(a: Profile, b: Profile, min_seconds: float) -> list[Change]:
     """Every path of either run above ``min_seconds`` in one of them: the step time first,
     then by impact (largest absolute change first)."""
-    changes = [
-        Change(path, a.times.get(path), b.times.get(path))
-        for path in dict.fromkeys([*a.times, *b.times])
-        if max(a.times.get(path, 0.0), b.times.get(path, 0.0)) >= min_seconds
-    ]
+    changes = []
+    for path in dict.fromkeys([*a.times, *b.times]):
+        before, after = a.times.get(path), b.times.get(path)
+        if max(before or 0.0, after or 0.0) < min_seconds:
+            continue
+        found = None
+        if before is not None and after is not None:
+            found = diffstats.shift(a.samples.get(path, [before]), b.samples.get(path, [after]))
+        changes.append(Change(path, before, after, found))
     changes.sort(key=lambda c: (c.path != STEP_ROW, -abs(c.delta), c.path))
     return changes
 
@@ -198,10 +239,30 @@ def _percent_text(change: Change) -> str:
     return "" if percent is None else _signed(percent, 1) + "%"
 
 
-def diff_table(a: Profile, b: Profile, changes: Sequence[Change]) -> str:
-    """The comparison as aligned text: a line per run, then one row per path."""
+def _interval_text(change: Change) -> str:
+    interval = change.interval_percent()
+    if interval is None or change.shift is None:
+        return "-"
+    middle = change.shift.percent(change.shift.estimate) or 0.0
+    return f"{_signed(middle, 1)}% [{_signed(interval[0], 1)}, {_signed(interval[1], 1)}]"
+
+
+def noise_floor(a: Profile, percent: float) -> float:
+    """The smallest change worth a verdict: ``percent`` of run A's step time (seconds;
+    0 without steps). Regions of a few microseconds swing by tens of percent between
+    two runs on a busy machine, in every interval alike."""
+    return percent / 100.0 * a.times.get(STEP_ROW, 0.0)
+
+
+def diff_table(
+    a: Profile, b: Profile, changes: Sequence[Change], threshold: float, floor: float = 0.0
+) -> str:
+    """The comparison as aligned text: a line per run, then one row per path with the
+    change of the median and its 95 % interval, and a verdict for significant changes
+    beyond ``threshold`` percent and ``floor`` seconds."""
     unit = f"ms/{a.per}"
     headers = ["region", f"A {unit}", f"B {unit}", "delta ms", "delta %"]
+    headers += ["median % [95% CI]", "verdict"]
     cells = [
         [
             c.path,
@@ -209,6 +270,8 @@ def diff_table(a: Profile, b: Profile, changes: Sequence[Change]) -> str:
             _ms_or_dash(c.after),
             _signed(c.delta * 1e3, 3),
             _percent_text(c),
+            _interval_text(c),
+            c.verdict(threshold, floor) or ("noise" if c.shift is not None else ""),
         ]
         for c in changes
     ]
@@ -220,11 +283,19 @@ def diff_table(a: Profile, b: Profile, changes: Sequence[Change]) -> str:
         lines.append((first + rest).rstrip())
     if not changes:
         lines.append("(no region above --min-ms in either run)")
+    else:
+        lines.append("")
+        lines.append(
+            "median %: change of the median over the runs' reports, with its bootstrap "
+            f"interval; verdict: whole interval beyond {threshold:g}% and a change of at "
+            f"least {floor * 1e3:.3f} ms/{a.per} (else noise)"
+        )
     return "\n".join(lines)
 
 
 def diff(args: argparse.Namespace) -> int:
-    """Compare two runs region by region; exit 1 when ``--fail-above`` is exceeded."""
+    """Compare two runs region by region; exit 1 when a region slowed significantly by
+    more than ``--fail-above`` percent."""
     a = profile(load(args.a, args.rank), args.skip_first)
     b = profile(load(args.b, args.rank), args.skip_first)
     if a.per != b.per:
@@ -234,15 +305,18 @@ def diff(args: argparse.Namespace) -> int:
             "(no step marked: time per report)"
         )
     changes = compare(a, b, args.min_ms / 1e3)
-    print(diff_table(a, b, changes))
+    threshold = args.threshold if args.fail_above is None else args.fail_above
+    floor = noise_floor(a, args.noise_floor)
+    print(diff_table(a, b, changes, threshold, floor))
     if args.fail_above is None:
         return 0
-    slower = [c for c in changes if (c.percent or 0.0) > args.fail_above]
+    slower = [c for c in changes if c.verdict(args.fail_above, floor) == "slower"]
     if not slower:
         return 0
-    listed = ", ".join(f"{c.path} ({c.percent:+.1f}%)" for c in slower)
+    listed = ", ".join(f"{c.path} ({_interval_text(c).partition(' ')[0]})" for c in slower)
     print(
-        f"instrument: {len(slower)} region(s) slowed by more than {args.fail_above:g}%: {listed}",
+        f"instrument: {len(slower)} region(s) slowed significantly by more than "
+        f"{args.fail_above:g}%: {listed}",
         file=sys.stderr,
     )
     return 1
@@ -446,7 +520,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-above",
         type=_number(0.0, inclusive=False),
         metavar="PCT",
-        help="exit 1 when a region in both runs slowed by more than PCT percent",
+        help="exit 1 when a region in both runs slowed significantly (beyond the runs' "
+        "noise) by more than PCT percent",
+    )
+    diff_cmd.add_argument(
+        "--threshold",
+        type=_number(0.0, inclusive=True),
+        default=5.0,
+        metavar="PCT",
+        help="smallest change (percent) the verdict column calls slower/faster "
+        "(default: 5; --fail-above sets it)",
+    )
+    diff_cmd.add_argument(
+        "--noise-floor",
+        type=_number(0.0, inclusive=True),
+        default=2.0,
+        metavar="PCT",
+        help="ignore changes smaller than PCT percent of A's step time (default: 2)",
     )
     diff_cmd.set_defaults(run=diff)
 
