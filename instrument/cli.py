@@ -1,8 +1,9 @@
-"""The command line: ``python -m instrument show | diff | plot`` on JSONL report files.
+"""The command line: ``python -m instrument show | diff | plot | html`` on JSONL files.
 
 ``show`` prints a report's tree, ``diff`` finds the regions that got slower between two
-runs (``--fail-above`` for CI), ``plot`` draws the costliest regions' time per step over a
-run. Problems are printed as ``instrument: error: <what>`` with exit code 2.
+runs beyond their noise (``--fail-above`` for CI), ``plot`` draws the costliest regions'
+time per step over a run, ``html`` writes one self-contained page to explore it. Problems
+are printed as ``instrument: error: <what>`` with exit code 2.
 """
 
 from __future__ import annotations
@@ -443,6 +444,50 @@ def plot(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- html ---------------------------------------------------------------------------------
+
+
+def html_report(args: argparse.Namespace) -> int:
+    """Write the run (and its diff against ``--base``) as one self-contained HTML file."""
+    from instrument import html
+
+    run = load(args.path, args.rank)
+    diff_view = None
+    if args.base is not None:
+        a = profile(load(args.base, args.rank), args.skip_first)
+        b = profile(run, args.skip_first)
+        if a.per != b.per:
+            raise CliError(f"cannot compare {a.run.name} with {b.run.name}: one marked steps")
+        floor = noise_floor(a, args.noise_floor)
+        rows = []
+        for change in compare(a, b, 0.0):
+            found = change.shift
+            rows.append(
+                html.DiffRow(
+                    path=change.path,
+                    before=change.before,
+                    after=change.after,
+                    estimate_percent=None if found is None else found.percent(found.estimate),
+                    low_percent=None if found is None else found.low_percent,
+                    high_percent=None if found is None else found.high_percent,
+                    verdict=change.verdict(args.threshold, floor),
+                )
+            )
+        diff_view = html.diff_data(
+            rows, a=a.run.name, b=b.run.name, per=a.per, threshold=args.threshold, floor=floor
+        )
+    title = f"instrument · {os.path.basename(run.name)}"
+    data = html.page_data(run.reports, title=title, run_name=run.name, rank=run.rank,
+                          diff=diff_view)  # fmt: skip
+    try:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write(html.render(data))
+    except OSError as exc:
+        raise CliError(f"{args.output}: cannot write the report ({exc})") from None
+    print(f"wrote {args.output}")
+    return 0
+
+
 # -- arguments ----------------------------------------------------------------------------
 
 
@@ -548,6 +593,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plot_cmd.add_argument("--rank", type=_non_negative_int, help=rank_help)
     plot_cmd.set_defaults(run=plot)
+
+    html_cmd = commands.add_parser(
+        "html", help="one self-contained HTML report (tree, timeline, ranks, diff)"
+    )
+    html_cmd.add_argument("path", help="a JSONL file written by instrument.sinks.JSONL")
+    html_cmd.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    html_cmd.add_argument("--base", metavar="BASE", help="a baseline run (JSONL): adds the diff")
+    html_cmd.add_argument("--rank", type=_non_negative_int, help=rank_help)
+    html_cmd.add_argument(
+        "--skip-first", type=_non_negative_int, metavar="K", help="as for diff (warm-up reports)"
+    )
+    html_cmd.add_argument(
+        "--threshold", type=_number(0.0, inclusive=True), default=5.0, metavar="PCT",
+        help="smallest change (percent) the diff calls slower/faster (default: 5)",
+    )  # fmt: skip
+    html_cmd.add_argument(
+        "--noise-floor", type=_number(0.0, inclusive=True), default=2.0, metavar="PCT",
+        help="ignore changes smaller than PCT percent of the base's step time (default: 2)",
+    )  # fmt: skip
+    html_cmd.set_defaults(run=html_report)
     return parser
 
 
