@@ -26,6 +26,8 @@ PLOT_HINT = 'plot needs matplotlib: pip install "instrument[plot]"'
 STEP_ROW = "(step)"  # the step time itself
 OTHER_ROW = "(other)"  # step time no top-level region covered
 REST_ROW = "other regions"  # the plot's regions outside the top K
+HATCH = {OTHER_ROW: "///"}  # the uncovered time: hatched, never mistaken for a region
+EDGE = {OTHER_ROW: "#9a9a9a"}
 
 
 class CliError(Exception):
@@ -335,6 +337,15 @@ class Series:
     per: str
     layers: dict[str, list[float]]  # bottom to top
     step_ms: list[float] | None
+    parents: frozenset[str] = frozenset()  # layers whose region has children (self time)
+
+    def label(self, name: str) -> str:
+        """The legend's name for a layer: a parent's own time says it is its self time."""
+        if name == REST_ROW:
+            return "other regions (their self time)"
+        if name == OTHER_ROW:
+            return "(other): in no region"
+        return f"{name} (self)" if name in self.parents else name
 
 
 def series(reports: Sequence[Report], top: int) -> Series:
@@ -369,26 +380,40 @@ def series(reports: Sequence[Report], top: int) -> Series:
             for report in kept
             if report.step_time is not None
         ]
+    parents = frozenset(n.parent for r in kept for n in r.nodes if n.parent in layers)
     return Series(
         x=[float(r.step if per_step else r.index) for r in kept],
         widths=[float(r.steps if per_step else 1) for r in kept],
         per="step" if per_step else "report",
         layers=layers,
         step_ms=step_ms,
+        parents=parents,
     )
 
 
 def draw(data: Series, title: str, out: str) -> None:
-    """Save the stacked chart to ``out`` (format from the suffix: png, svg, pdf, ...).
+    """Save the stacked chart (:func:`figure`) to ``out`` (format from the suffix: png,
+    svg, pdf, ...)."""
+    chart = figure(data, title)
+    try:
+        chart.savefig(out, dpi=110)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"{out}: cannot save the plot ({exc})") from None
+
+
+def figure(data: Series, title: str) -> Any:
+    """The stacked chart as a matplotlib ``Figure``.
 
     Up to 40 reports are drawn as stacked bars, each spanning the steps its report
-    covers; more as a stacked area. A black line marks the measured step time."""
+    covers; more as a stacked area. A black line marks the measured step time; x ticks
+    are whole steps."""
     try:
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise CliError(PLOT_HINT) from None
-    figure = Figure(figsize=(10, 5.5), layout="constrained")
-    axes = figure.add_subplot()
+    chart = Figure(figsize=(10, 5.5), layout="constrained")
+    axes = chart.add_subplot()
     colors = _colors(list(data.layers))
     centers = data.x
     if len(data.x) <= 40:
@@ -397,15 +422,22 @@ def draw(data: Series, title: str, out: str) -> None:
         centers = [left + w / 2 for left, w in zip(lefts, widths, strict=True)]
         bottom = [0.0] * len(data.x)
         for name, ms in data.layers.items():
-            axes.bar(lefts, ms, widths, bottom=bottom, align="edge", label=name,
-                     color=colors[name])  # fmt: skip
+            axes.bar(lefts, ms, widths, bottom=bottom, align="edge", label=data.label(name),
+                     color=colors[name], hatch=HATCH.get(name),
+                     edgecolor=EDGE.get(name))  # fmt: skip
             bottom = [b + y for b, y in zip(bottom, ms, strict=True)]
     elif data.layers:
-        axes.stackplot(data.x, *data.layers.values(), labels=list(data.layers),
-                       colors=[colors[n] for n in data.layers])  # fmt: skip
+        areas = axes.stackplot(data.x, *data.layers.values(),
+                               labels=[data.label(n) for n in data.layers],
+                               colors=[colors[n] for n in data.layers])  # fmt: skip
+        for area, name in zip(areas, data.layers, strict=True):
+            if name in HATCH:
+                area.set_hatch(HATCH[name])
+                area.set_edgecolor(EDGE[name])
     if data.step_ms is not None:
         axes.plot(centers, data.step_ms, color="black", linewidth=1.5, marker=".",
                   label="step time")  # fmt: skip
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     axes.set_xlabel("step" if data.per == "step" else "report")
     axes.set_ylabel(f"ms per {data.per}")
     axes.set_title(title)
@@ -414,20 +446,17 @@ def draw(data: Series, title: str, out: str) -> None:
     handles, labels = axes.get_legend_handles_labels()
     axes.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 fontsize="small", title="self time")  # fmt: skip
-    try:
-        figure.savefig(out, dpi=110)
-    except (OSError, ValueError) as exc:
-        raise CliError(f"{out}: cannot save the plot ({exc})") from None
+    return chart
 
 
 def _colors(names: Sequence[str]) -> dict[str, Any]:
-    """A distinct colour per region (tab10 without its grey, then tab20b), and greys for
-    the other regions and the uncovered time."""
+    """A distinct colour per region (tab10 without its grey, then tab20b), a solid grey for
+    the other regions and white with grey hatching for the uncovered time."""
     from matplotlib import colormaps
 
     tab10, tab20b = colormaps["tab10"], colormaps["tab20b"]
     palette = [tab10(i) for i in range(10) if i != 7] + [tab20b(i) for i in range(20)]
-    greys = {REST_ROW: "#9a9a9a", OTHER_ROW: "#dadada"}
+    greys = {REST_ROW: "#8c8c8c", OTHER_ROW: "#ffffff"}
     regions = [n for n in names if n not in greys]
     out: dict[str, Any] = {n: palette[i % len(palette)] for i, n in enumerate(regions)}
     out.update((n, greys[n]) for n in names if n in greys)

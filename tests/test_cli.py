@@ -283,6 +283,43 @@ def test_series_stacks_up_to_the_step_time(tmp_path: Path) -> None:
     assert stacked == pytest.approx(data.step_ms)
 
 
+def test_plot_tells_other_from_other_regions_and_labels_self_time(tmp_path: Path) -> None:
+    nested = {"forward": 0.002, "forward/a": 0.001, "forward/b": 0.003, "backward": 0.004}
+    clock = FakeClock()
+    reports = []
+    with use_clock(clock):
+        reporter = instrument.Reporter(every=None, memory=False)
+        for _ in range(2):
+            with instrument.timed("forward"):
+                clock.advance(nested["forward"])
+                for name in ("a", "b"):
+                    with instrument.timed(name):
+                        clock.advance(nested[f"forward/{name}"])
+            with instrument.timed("backward"):
+                clock.advance(nested["backward"])
+            clock.advance(0.001)
+            instrument.step()
+            reports.append(reporter.flush())
+    data = cli.series(reports, top=3)
+    assert list(data.layers) == ["backward", "forward/b", "forward", "other regions", "(other)"]
+    assert data.parents == {"forward"}
+    chart = cli.figure(data, "t")
+    axes = chart.axes[0]
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert sorted(legend) == sorted([
+        "step time", "(other): in no region", "other regions (their self time)",
+        "forward (self)", "forward/b", "backward",
+    ])  # fmt: skip
+    bars = {c.get_label(): c for c in axes.containers}
+    uncovered, rest = bars["(other): in no region"], bars["other regions (their self time)"]
+    assert {bar.get_hatch() for bar in uncovered} == {"///"}  # hatched: never a region
+    assert {bar.get_hatch() for bar in rest} == {None}
+    assert uncovered[0].get_facecolor() != rest[0].get_facecolor()
+    ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
+    assert ticks
+    assert all(float(t).is_integer() for t in ticks)  # 2 reports: no 0.5 steps
+
+
 def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_run(tmp_path / "run.jsonl", A, reports=4)
     out = tmp_path / "breakdown.png"
