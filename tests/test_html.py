@@ -61,7 +61,8 @@ def write_run(path: Path, regions: Mapping[str, Any], reports: int = 6, steps: i
 
 def with_ranks(path: Path, out: Path) -> None:
     """The run of ``path`` as if gathered with ``ranks="all"`` over :data:`WORLD` ranks,
-    rank :data:`SLOW_RANK` 40 % slower in ``forward/encoder``."""
+    rank :data:`SLOW_RANK` 40 % slower in ``forward/encoder``, which also has device time
+    (as on the "cuda" clock; the same as its host time)."""
     reports = [Report.from_dict(json.loads(line)) for line in path.read_text().splitlines()]
     sink = JSONL(out)
     for report in reports:
@@ -75,7 +76,8 @@ def with_ranks(path: Path, out: Path) -> None:
                 rank_argmin=values.index(min(values)), rank_argmax=values.index(max(values)),
                 ranks_present=WORLD, per_rank=values,
             )  # fmt: skip
-            nodes.append(dataclasses.replace(node, ranks=ranks))
+            device = node.host if node.path == "forward/encoder" else None
+            nodes.append(dataclasses.replace(node, ranks=ranks, device=device))
         sink.write(dataclasses.replace(report, nodes=tuple(nodes), ranks="all", world_size=1))
 
 
@@ -136,6 +138,23 @@ def test_the_data_holds_every_interval_in_ms_per_step(
     assert last["tp"]["samples/s"] == pytest.approx(32 / 0.029)
     assert data["heat"] is None
     assert data["diff"] is None
+
+
+def test_device_time_rides_along_with_host_time() -> None:
+    from instrument import html
+    from instrument.report import Node
+
+    def stats(total: float) -> Stats:
+        return Stats(2, total, total / 2, total / 2, total / 2, 0.0, total / 2, total / 2,
+                     total / 2)  # fmt: skip
+
+    gpu = Node(path="matmul", host=stats(0.001), device=stats(0.004), clock="cuda")
+    cpu = Node(path="data", host=stats(0.002))
+    report = Report(nodes=(gpu, cpu), steps=2, step_time=stats(0.010), normalizer="steps")
+    data = html.page_data([report], title="t", run_name="r", rank=0)
+    rows = {data["paths"][row[0]]: row for row in data["intervals"][0]["d"]}
+    assert rows["matmul"] == pytest.approx([0, 4.0, 2, 2.0, 2.0, 2.0, 1.0, 4.0, 0])
+    assert rows["data"] == pytest.approx([1, 2.0, 2, 1.0, 1.0, 1.0])
 
 
 def test_the_heatmap_marks_the_slow_rank(
@@ -317,7 +336,8 @@ def test_the_page_in_chromium(
     ActionChains(browser).move_to_element(encoder).perform()
     tip = browser.find_element(By.ID, "tip").text
     assert "forward/encoder" in tip
-    for label in ("calls", "mean", "p50", "p90", "p99", "self"):
+    for label in ("calls", "mean", "p50", "p90", "p99", "self", "host per step",
+                  "device per step"):  # fmt: skip
         assert label in tip
 
     # the diff lists the slowed region first; the heatmap marks the slow rank
