@@ -169,6 +169,24 @@ def test_the_heatmap_marks_the_slow_rank(
     )  # median of 1, 1.01, 1.03, 1.4
 
 
+def test_stragglers_the_run_named_are_kept(files: dict[str, Path]) -> None:
+    """Newer files carry ``report.stragglers``; older ones (and this version's Report) do
+    not: the page reads the field when it is there."""
+    from types import SimpleNamespace
+
+    from instrument import html
+
+    reports = [
+        Report.from_dict(json.loads(line)) for line in files["ranks"].read_text().splitlines()
+    ]
+    assert html.heatmap(reports, ["forward"])["reported"] == []
+    named = SimpleNamespace(rank=3, host="node7", regions=("backward",), scores=(0.6,), intervals=5)
+    object.__setattr__(reports[-1], "stragglers", (named,))
+    assert html.heatmap(reports, ["forward"])["reported"] == [
+        {"r": 3, "host": "node7", "regions": ["backward"], "intervals": 5}
+    ]
+
+
 def test_the_diff_lists_the_slowed_region_first(
     files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

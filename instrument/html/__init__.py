@@ -104,7 +104,8 @@ def _interval(report: Report, index: dict[str, int]) -> dict[str, Any]:
 def heatmap(reports: Sequence[Report], paths: Sequence[str]) -> dict[str, Any] | None:
     """Each rank's mean time per step in each region over the run (``ranks="all"``), or
     the slowest and fastest rank's (``"minmax"``); stragglers: a rank more than
-    :data:`STRAGGLER` above the median rank of a region."""
+    :data:`STRAGGLER` above the median rank of a region, and (``reported``) the ones the
+    run named itself."""
     gathered = [r for r in reports if any(n.ranks is not None for n in r.nodes)]
     if not gathered:
         return None
@@ -156,7 +157,31 @@ def heatmap(reports: Sequence[Report], paths: Sequence[str]) -> dict[str, Any] |
         "mode": "all" if "all" in modes else sorted(modes)[0],
         "rows": rows,
         "stragglers": sorted(stragglers, key=lambda s: -s["pct"]),
+        "reported": reported_stragglers(reports),
     }
+
+
+def reported_stragglers(reports: Sequence[Report]) -> list[dict[str, Any]]:
+    """The stragglers the run itself named (``report.stragglers``, written by versions that
+    score ranks across intervals), from the last report that names any; read defensively,
+    so files without the field give none."""
+    for report in reversed(reports):
+        named = getattr(report, "stragglers", None) or ()
+        out = []
+        for item in named:
+            rank = getattr(item, "rank", None)
+            if isinstance(rank, int):
+                out.append(
+                    {
+                        "r": rank,
+                        "host": str(getattr(item, "host", "") or ""),
+                        "regions": [str(r) for r in getattr(item, "regions", ()) or ()],
+                        "intervals": int(getattr(item, "intervals", 0) or 0),
+                    }
+                )
+        if out:
+            return out
+    return []
 
 
 @dataclass(frozen=True)

@@ -345,6 +345,8 @@ function drawHeat(data) {
   const root = document.getElementById("heat");
   const rows = heat.rows.slice().sort((a, b) => Math.max(...b.v.map((v) => v || 0)) - Math.max(...a.v.map((v) => v || 0))).slice(0, 40);
   const strag = new Set(heat.stragglers.map((s) => s.p + "#" + s.r));
+  const reported = heat.reported || [];
+  for (const s of reported) for (const p of s.regions) strag.add(p + "#" + s.r);
   const labelW = 260, cell = Math.max(Math.min(Math.floor(700 / heat.world), 48), 14), rowH = 20;
   const W = labelW + cell * heat.world + 10, H = 22 + rowH * rows.length;
   const svg = el("svg", { id: "heatmap", viewBox: `0 0 ${W} ${H}`, height: H, style: `max-width:${W}px` }, root);
@@ -372,6 +374,11 @@ function drawHeat(data) {
   if (heat.stragglers.length) {
     const list = html("p", { class: "stragglers", id: "straggler-list" }, null, root);
     list.textContent = "stragglers: " + heat.stragglers.slice(0, 8).map((s) => `rank ${s.r} in ${s.p} (+${s.pct.toFixed(0)} %)`).join(", ");
+  }
+  if (reported.length) {
+    const list = html("p", { class: "stragglers", id: "reported-stragglers" }, null, root);
+    list.textContent = "named by the run: " + reported.slice(0, 8).map((s) =>
+      `rank ${s.r}${s.host ? " on " + s.host : ""} (${s.regions.join(", ")}; ${s.intervals} intervals)`).join(", ");
   }
 }
 
