@@ -144,17 +144,28 @@ def test_device_time_rides_along_with_host_time() -> None:
     from instrument import html
     from instrument.report import Node
 
-    def stats(total: float) -> Stats:
-        return Stats(2, total, total / 2, total / 2, total / 2, 0.0, total / 2, total / 2,
-                     total / 2)  # fmt: skip
+    def stats(total: float) -> Stats:  # per step over 2 steps, 1 call per step
+        return Stats(2, total, total, total, total, 0.0, total, total, total)
 
     gpu = Node(path="matmul", host=stats(0.001), device=stats(0.004), clock="cuda")
     cpu = Node(path="data", host=stats(0.002))
     report = Report(nodes=(gpu, cpu), steps=2, step_time=stats(0.010), normalizer="steps")
     data = html.page_data([report], title="t", run_name="r", rank=0)
     rows = {data["paths"][row[0]]: row for row in data["intervals"][0]["d"]}
-    assert rows["matmul"] == pytest.approx([0, 4.0, 2, 2.0, 2.0, 2.0, 1.0, 4.0, 0])
-    assert rows["data"] == pytest.approx([1, 2.0, 2, 1.0, 1.0, 1.0])
+    assert rows["matmul"] == pytest.approx([0, 4.0, 2, 4.0, 4.0, 4.0, 1.0, 4.0, 0])
+    assert rows["data"] == pytest.approx([1, 2.0, 2, 2.0, 2.0, 2.0])
+
+
+def test_a_call_split_over_intervals_keeps_its_own_mean() -> None:
+    """A region that ended in this interval after starting in the last one: one call whose
+    mean (its whole duration) is more than its time inside the interval."""
+    from instrument import html
+    from instrument.report import Node
+
+    split = Node(path="epoch", host=Stats(1, 0.003, 0.010, 0.010, 0.010, 0.0, 0.01, 0.01, 0.01))
+    report = Report(nodes=(split,), steps=1, step_time=Stats.empty(), normalizer="steps")
+    row = html.page_data([report], title="t", run_name="r", rank=0)["intervals"][0]["d"][0]
+    assert row == pytest.approx([0, 3.0, 1, 10.0, 10.0, 10.0, 3.0, None, 0, 10.0])
 
 
 def test_the_heatmap_marks_the_slow_rank(
@@ -200,23 +211,24 @@ def test_the_diff_lists_the_slowed_region_first(
     assert {r["v"] for r in rows if r["p"] in ("backward", "data")} == {""}
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_thousand_intervals_of_500_paths_stay_under_a_few_mb() -> None:
     """50 kinds of interval with varied times, cycled: repeats lie far outside gzip's window."""
     from instrument import html
 
     paths = [f"layers.{i // 25}/block.{i % 25}" if i % 25 else f"layers.{i // 25}"
              for i in range(500)]  # fmt: skip
-    kinds = []
-    for k in range(50):
-        kinds.append(tuple(
-            instrument.report.Node(
-                path=p,
-                host=Stats(3, 1e-3 * (1 + (7 * j + 13 * k) % 997 / 331), 3.3e-4 * (1 + j % 11 / 7),
-                           2e-4, 5e-4, 1e-5, 3.1e-4 + k * 1e-6, 4.2e-4 + j * 1e-7, 4.9e-4),
-                self_time=2e-4 * (1 + (j + k) % 13 / 5),
-            )
-            for j, p in enumerate(paths)
-        ))  # fmt: skip
+
+    def stats(j: int, k: int) -> Stats:  # 3 calls in 10 steps, varied times
+        total = 1e-3 * (1 + (7 * j + 13 * k) % 997 / 331)
+        return Stats(3, total, total / 3, 2e-4, 5e-4, 1e-5, 3.1e-4 + k * 1e-6,
+                     4.2e-4 + j * 1e-7, 4.9e-4)  # fmt: skip
+
+    kinds = [
+        tuple(instrument.report.Node(path=p, host=stats(j, k)) for j, p in enumerate(paths))
+        for k in range(50)
+    ]
     reports = [
         Report(nodes=kinds[k % 50], steps=10, step_time=Stats.empty(), index=k, step=10 * k)
         for k in range(1000)

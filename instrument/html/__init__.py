@@ -72,10 +72,14 @@ def _interval(report: Report, index: dict[str, int]) -> dict[str, Any]:
             _ms3(stats.p99 * per_call),
         ]
         is_open = bool(getattr(node, "open", False))
-        if device is not None or is_open:
-            row += [_ms(node.host.total * per_step), _ms(stats.total * per_step), int(is_open)]
-            if device is None:
-                row[7] = None
+        mean = stats.mean * per_call
+        derived = stats.total * per_step * (report.steps or 1) / stats.count if stats.count else 0
+        odd_mean = stats.count > 0 and abs(mean - derived) > 1e-3 * max(mean, 1e-12)
+        if device is not None or is_open or odd_mean:
+            host_ms = _ms(node.host.total * per_step)
+            row += [host_ms, None if device is None else row[1], int(is_open)]
+            if odd_mean:  # a call split over intervals: its mean is not total / calls
+                row.append(_ms(mean))
         rows.append(row)
     out: dict[str, Any] = {
         "i": report.index,
@@ -209,7 +213,8 @@ def page_data(
     """Everything the page draws, as JSON-safe data (times in ms per step; per-call
     statistics in ms). Each interval's ``d`` has one row per region: ``[path index, total,
     calls, p50, p90, p99]``, plus ``host, device, open`` for a region with device time or
-    one still open at the flush. Self time and the mean are derived in the page."""
+    one still open at the flush, and ``mean`` when it is not total / calls (a call split
+    over intervals). Self time and the mean are otherwise derived in the page."""
     paths: dict[str, int] = {}
     concurrent: set[str] = set()
     for report in reports:

@@ -110,7 +110,8 @@ function buildTree(data, interval) {
     const cut = path.lastIndexOf("/");
     byPath.set(path, { path, name: path.slice(cut + 1), parentPath: cut < 0 ? "" : path.slice(0, cut),
       total: row[1] || 0, self: self.get(row[0]), count: row[2],
-      mean: row[2] ? (row[1] || 0) * steps / row[2] : null, p50: row[3], p90: row[4], p99: row[5],
+      mean: row.length > 9 ? row[9] : row[2] ? (row[1] || 0) * steps / row[2] : null,
+      p50: row[3], p90: row[4], p99: row[5],
       host: row.length > 6 ? row[6] : null, device: row.length > 6 ? row[7] : null, open: row[8] === 1,
       concurrent: data.concurrent[row[0]] === 1, children: [] });
   }
@@ -320,7 +321,7 @@ function drawTimeline(data, state, pick) {
   if (ivs.some((iv) => iv.o)) series.push({ name: "(other): no region", color: OTHER_COLOR, values: ivs.map((iv) => iv.o || 0) });
   const stepLine = ivs.some((iv) => iv.st !== null && iv.st !== undefined)
     ? { name: `${data.per} time`, values: ivs.map((iv) => (iv.st === undefined ? null : iv.st)) } : null;
-  chart(charts, `time per ${data.per}: self time of the top regions (ms)`, xs, series.reverse().reverse(),
+  chart(charts, `time per ${data.per}: self time of the top regions (ms)`, xs, series,
     { stacked: true, line: stepLine, unit: fmt, xlabel, onPick: pick });
   const metric = (title, get, unit) => {
     const values = ivs.map(get);
