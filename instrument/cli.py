@@ -26,6 +26,7 @@ PLOT_HINT = 'plot needs matplotlib: pip install "instrument[plot]"'
 STEP_ROW = "(step)"  # the step time itself
 OTHER_ROW = "(other)"  # step time no top-level region covered
 REST_ROW = "other regions"  # the plot's regions outside the top K
+FEW_REPORTS = 3  # fewer reports per run after warm-up cannot show its noise
 HATCH = {OTHER_ROW: "///"}  # the uncovered time: hatched, never mistaken for a region
 EDGE = {OTHER_ROW: "#9a9a9a"}
 
@@ -293,6 +294,13 @@ def diff_table(
             f"interval; verdict: whole interval beyond {threshold:g}% and a change of at "
             f"least {floor * 1e3:.3f} ms/{a.per} (else noise)"
         )
+        few = min(len(next(iter(p.samples.values()), [])) for p in (a, b))
+        if few < FEW_REPORTS:
+            lines.append(
+                f"note: {few} report(s) after warm-up in one run: too few to measure its "
+                f"noise (the interval only spans what those reports differ by); "
+                f"{FEW_REPORTS} or more are needed"
+            )
     return "\n".join(lines)
 
 

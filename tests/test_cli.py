@@ -177,6 +177,7 @@ def test_diff_lists_every_region_by_impact(
     assert full["(other)"][4:] == ["+0.0% [+0.0, +0.0]", "noise"]
     assert full["old"][4:] == ["-"]  # in one run only: no interval
     assert "verdict: whole interval beyond 5% and a change of at least 0.660 ms/step" in out
+    assert "note: 2 report(s) after warm-up in one run: too few to measure its noise" in out
 
 
 def test_diff_skip_first_and_min_ms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
