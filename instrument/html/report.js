@@ -423,6 +423,7 @@ function main(data) {
   const ivs = data.intervals;
   const summary = document.getElementById("summary");
   summary.textContent = `${data.run} · rank ${data.rank} · ${ivs.length} intervals · ${data.paths.length} regions · times per ${data.per}`;
+  document.getElementById("tree-hint").textContent = `Width is time per ${data.per}; click a bar to zoom into it, the bar above to zoom out. Hover for its statistics.`;
   const select = document.getElementById("interval");
   ivs.forEach((iv, i) => {
     const option = html("option", { value: i }, `#${iv.i} · ${data.per === "step" ? "step " + iv.s : "report"}${iv.n ? ` (${iv.n} steps)` : ""}`, select);
