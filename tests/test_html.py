@@ -126,7 +126,14 @@ def test_the_data_holds_every_interval_in_ms_per_step(
 ) -> None:
     data = make_page(capsys, files["slow"], tmp_path / "r.html")
     assert data["per"] == "step"
-    assert data["paths"][:3] == ["data", "forward", "forward/embed"]
+    paths = data["paths"]  # in the registry's order: parents before children
+    assert set(paths) == {"data", "forward", "forward/embed", "forward/encoder", "forward/head",
+                          "backward", "optimizer"}  # fmt: skip
+    parents = {
+        path: paths[i] if i >= 0 else "" for path, i in zip(paths, data["parents"], strict=True)
+    }
+    assert parents["forward/encoder"] == "forward"
+    assert parents["data"] == ""
     assert len(data["intervals"]) == 6
     last = data["intervals"][-1]
     assert (last["s"], last["n"]) == (24, 4)
