@@ -1,8 +1,9 @@
-"""The command line: ``python -m instrument show | diff | plot`` on JSONL report files.
+"""The command line: ``python -m instrument show | diff | plot | html`` on JSONL files.
 
 ``show`` prints a report's tree, ``diff`` finds the regions that got slower between two
-runs (``--fail-above`` for CI), ``plot`` draws the costliest regions' time per step over a
-run. Problems are printed as ``instrument: error: <what>`` with exit code 2.
+runs beyond their noise (``--fail-above`` for CI), ``plot`` draws the costliest regions'
+time per step over a run, ``html`` writes one self-contained page to explore it. Problems
+are printed as ``instrument: error: <what>`` with exit code 2.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from instrument import diffstats
+from instrument.diffstats import Shift
 from instrument.reading import ReportFileError, locate, read_file
 from instrument.report import Report
 from instrument.sinks.console import Console
@@ -23,6 +26,9 @@ PLOT_HINT = 'plot needs matplotlib: pip install "instrument[plot]"'
 STEP_ROW = "(step)"  # the step time itself
 OTHER_ROW = "(other)"  # step time no top-level region covered
 REST_ROW = "other regions"  # the plot's regions outside the top K
+FEW_REPORTS = 3  # fewer reports per run after warm-up cannot show its noise
+HATCH = {OTHER_ROW: "///"}  # the uncovered time: hatched, never mistaken for a region
+EDGE = {OTHER_ROW: "#9a9a9a"}
 
 
 class CliError(Exception):
@@ -104,18 +110,21 @@ def show(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class Profile:
-    """Mean time (seconds) of every path per step — or per report when the run marked no
-    step — over the reports kept after warm-up."""
+    """Time of every path per step — or per report when the run marked no step — over the
+    reports kept after warm-up: ``times`` the mean over them (seconds), ``samples`` one
+    value per kept report (a path missing from a report counts 0 there)."""
 
     run: Run
     times: dict[str, float]
     per: str  # "step" or "report"
     skipped: int
     steps: int
+    samples: dict[str, list[float]] = field(default_factory=dict)
 
 
 def profile(run: Run, skip_first: int | None) -> Profile:
-    """Sum each path's time over the kept reports, then divide by their steps."""
+    """Sum each path's time over the kept reports, then divide by their steps; keep each
+    report's own time per step as a sample for the noise estimate."""
     reports = stepped(run.reports)
     skip = (1 if len(reports) > 2 else 0) if skip_first is None else skip_first
     if skip >= len(reports):
@@ -123,29 +132,39 @@ def profile(run: Run, skip_first: int | None) -> Profile:
     kept = reports[skip:]
     steps = sum(report.steps for report in kept)
     times: dict[str, float] = {}
+    samples: dict[str, list[float]] = {}
 
-    def add(path: str, seconds: float) -> None:
-        times[path] = times.get(path, 0.0) + seconds
-
-    for report in kept:
+    for i, report in enumerate(kept):
         factor = interval_factor(report)
+        row: dict[str, float] = {}
         if report.step_time is not None:
-            add(STEP_ROW, report.step_time.total * factor)
-            add(OTHER_ROW, (report.other or 0.0) * factor)
+            row[STEP_ROW] = report.step_time.total * factor
+            row[OTHER_ROW] = (report.other or 0.0) * factor
         for node in report.nodes:
-            add(node.path, node.total * factor)
+            row[node.path] = row.get(node.path, 0.0) + node.total * factor
+        count = report.steps or 1
+        for path, seconds in row.items():
+            times[path] = times.get(path, 0.0) + seconds
+            samples.setdefault(path, [0.0] * i).append(seconds / count)
+        for values in samples.values():
+            if len(values) == i:
+                values.append(0.0)
     divisor = steps or len(kept)
     per = "step" if steps else "report"
-    return Profile(run, {p: t / divisor for p, t in times.items()}, per, skip, steps)
+    means = {p: t / divisor for p, t in times.items()}
+    return Profile(run, means, per, skip, steps, samples)
 
 
 @dataclass(frozen=True)
 class Change:
-    """One path's time per step in run A and run B (seconds; ``None``: not in that run)."""
+    """One path's time per step in run A and run B (seconds; ``None``: not in that run),
+    and the shift between their per-report distributions (``None`` for a path in one run
+    only)."""
 
     path: str
     before: float | None
     after: float | None
+    shift: Shift | None = None
 
     @property
     def delta(self) -> float:
@@ -159,15 +178,41 @@ class Change:
             return None
         return 100.0 * self.delta / self.before
 
+    @property
+    def significant(self) -> bool:
+        """The runs' distributions differ beyond their noise (the shift's interval leaves
+        out zero)."""
+        return self.shift is not None and self.shift.significant
+
+    def interval_percent(self) -> tuple[float, float] | None:
+        """The confidence interval of the change of the median, relative to A's median,
+        in percent."""
+        if self.shift is None:
+            return None
+        low, high = self.shift.low_percent, self.shift.high_percent
+        return None if low is None or high is None else (low, high)
+
+    def verdict(self, threshold: float, floor: float = 0.0) -> str:
+        """ "slower" / "faster" when the change is significant, its whole interval lies
+        beyond ``threshold`` percent and it moved the median by at least ``floor``
+        seconds; else "" (noise, or too small to matter)."""
+        if self.shift is None or abs(self.shift.estimate) < floor:
+            return ""
+        return self.shift.beyond(threshold)
+
 
 def compare(a: Profile, b: Profile, min_seconds: float) -> list[Change]:
     """Every path of either run above ``min_seconds`` in one of them: the step time first,
     then by impact (largest absolute change first)."""
-    changes = [
-        Change(path, a.times.get(path), b.times.get(path))
-        for path in dict.fromkeys([*a.times, *b.times])
-        if max(a.times.get(path, 0.0), b.times.get(path, 0.0)) >= min_seconds
-    ]
+    changes = []
+    for path in dict.fromkeys([*a.times, *b.times]):
+        before, after = a.times.get(path), b.times.get(path)
+        if max(before or 0.0, after or 0.0) < min_seconds:
+            continue
+        found = None
+        if before is not None and after is not None:
+            found = diffstats.shift(a.samples.get(path, [before]), b.samples.get(path, [after]))
+        changes.append(Change(path, before, after, found))
     changes.sort(key=lambda c: (c.path != STEP_ROW, -abs(c.delta), c.path))
     return changes
 
@@ -198,10 +243,30 @@ def _percent_text(change: Change) -> str:
     return "" if percent is None else _signed(percent, 1) + "%"
 
 
-def diff_table(a: Profile, b: Profile, changes: Sequence[Change]) -> str:
-    """The comparison as aligned text: a line per run, then one row per path."""
+def _interval_text(change: Change) -> str:
+    interval = change.interval_percent()
+    if interval is None or change.shift is None:
+        return "-"
+    middle = change.shift.percent(change.shift.estimate) or 0.0
+    return f"{_signed(middle, 1)}% [{_signed(interval[0], 1)}, {_signed(interval[1], 1)}]"
+
+
+def noise_floor(a: Profile, percent: float) -> float:
+    """The smallest change worth a verdict: ``percent`` of run A's step time (seconds;
+    0 without steps). Regions of a few microseconds swing by tens of percent between
+    two runs on a busy machine, in every interval alike."""
+    return percent / 100.0 * a.times.get(STEP_ROW, 0.0)
+
+
+def diff_table(
+    a: Profile, b: Profile, changes: Sequence[Change], threshold: float, floor: float = 0.0
+) -> str:
+    """The comparison as aligned text: a line per run, then one row per path with the
+    change of the median and its 95 % interval, and a verdict for significant changes
+    beyond ``threshold`` percent and ``floor`` seconds."""
     unit = f"ms/{a.per}"
     headers = ["region", f"A {unit}", f"B {unit}", "delta ms", "delta %"]
+    headers += ["median % [95% CI]", "verdict"]
     cells = [
         [
             c.path,
@@ -209,6 +274,8 @@ def diff_table(a: Profile, b: Profile, changes: Sequence[Change]) -> str:
             _ms_or_dash(c.after),
             _signed(c.delta * 1e3, 3),
             _percent_text(c),
+            _interval_text(c),
+            c.verdict(threshold, floor) or ("noise" if c.shift is not None else ""),
         ]
         for c in changes
     ]
@@ -220,11 +287,26 @@ def diff_table(a: Profile, b: Profile, changes: Sequence[Change]) -> str:
         lines.append((first + rest).rstrip())
     if not changes:
         lines.append("(no region above --min-ms in either run)")
+    else:
+        lines.append("")
+        lines.append(
+            "median %: change of the median over the runs' reports, with its bootstrap "
+            f"interval; verdict: whole interval beyond {threshold:g}% and a change of at "
+            f"least {floor * 1e3:.3f} ms/{a.per} (else noise)"
+        )
+        few = min(len(next(iter(p.samples.values()), [])) for p in (a, b))
+        if few < FEW_REPORTS:
+            lines.append(
+                f"note: {few} report(s) after warm-up in one run: too few to measure its "
+                f"noise (the interval only spans what those reports differ by); "
+                f"{FEW_REPORTS} or more are needed"
+            )
     return "\n".join(lines)
 
 
 def diff(args: argparse.Namespace) -> int:
-    """Compare two runs region by region; exit 1 when ``--fail-above`` is exceeded."""
+    """Compare two runs region by region; exit 1 when a region slowed significantly by
+    more than ``--fail-above`` percent."""
     a = profile(load(args.a, args.rank), args.skip_first)
     b = profile(load(args.b, args.rank), args.skip_first)
     if a.per != b.per:
@@ -234,15 +316,18 @@ def diff(args: argparse.Namespace) -> int:
             "(no step marked: time per report)"
         )
     changes = compare(a, b, args.min_ms / 1e3)
-    print(diff_table(a, b, changes))
+    threshold = args.threshold if args.fail_above is None else args.fail_above
+    floor = noise_floor(a, args.noise_floor)
+    print(diff_table(a, b, changes, threshold, floor))
     if args.fail_above is None:
         return 0
-    slower = [c for c in changes if (c.percent or 0.0) > args.fail_above]
+    slower = [c for c in changes if c.verdict(args.fail_above, floor) == "slower"]
     if not slower:
         return 0
-    listed = ", ".join(f"{c.path} ({c.percent:+.1f}%)" for c in slower)
+    listed = ", ".join(f"{c.path} ({_interval_text(c).partition(' ')[0]})" for c in slower)
     print(
-        f"instrument: {len(slower)} region(s) slowed by more than {args.fail_above:g}%: {listed}",
+        f"instrument: {len(slower)} region(s) slowed significantly by more than "
+        f"{args.fail_above:g}%: {listed}",
         file=sys.stderr,
     )
     return 1
@@ -260,6 +345,15 @@ class Series:
     per: str
     layers: dict[str, list[float]]  # bottom to top
     step_ms: list[float] | None
+    parents: frozenset[str] = frozenset()  # layers whose region has children (self time)
+
+    def label(self, name: str) -> str:
+        """The legend's name for a layer: a parent's own time says it is its self time."""
+        if name == REST_ROW:
+            return "other regions (their self time)"
+        if name == OTHER_ROW:
+            return "(other): in no region"
+        return f"{name} (self)" if name in self.parents else name
 
 
 def series(reports: Sequence[Report], top: int) -> Series:
@@ -294,26 +388,40 @@ def series(reports: Sequence[Report], top: int) -> Series:
             for report in kept
             if report.step_time is not None
         ]
+    parents = frozenset(n.parent for r in kept for n in r.nodes if n.parent in layers)
     return Series(
         x=[float(r.step if per_step else r.index) for r in kept],
         widths=[float(r.steps if per_step else 1) for r in kept],
         per="step" if per_step else "report",
         layers=layers,
         step_ms=step_ms,
+        parents=parents,
     )
 
 
 def draw(data: Series, title: str, out: str) -> None:
-    """Save the stacked chart to ``out`` (format from the suffix: png, svg, pdf, ...).
+    """Save the stacked chart (:func:`figure`) to ``out`` (format from the suffix: png,
+    svg, pdf, ...)."""
+    chart = figure(data, title)
+    try:
+        chart.savefig(out, dpi=110)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"{out}: cannot save the plot ({exc})") from None
+
+
+def figure(data: Series, title: str) -> Any:
+    """The stacked chart as a matplotlib ``Figure``.
 
     Up to 40 reports are drawn as stacked bars, each spanning the steps its report
-    covers; more as a stacked area. A black line marks the measured step time."""
+    covers; more as a stacked area. A black line marks the measured step time; x ticks
+    are whole steps."""
     try:
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise CliError(PLOT_HINT) from None
-    figure = Figure(figsize=(10, 5.5), layout="constrained")
-    axes = figure.add_subplot()
+    chart = Figure(figsize=(10, 5.5), layout="constrained")
+    axes = chart.add_subplot()
     colors = _colors(list(data.layers))
     centers = data.x
     if len(data.x) <= 40:
@@ -322,15 +430,22 @@ def draw(data: Series, title: str, out: str) -> None:
         centers = [left + w / 2 for left, w in zip(lefts, widths, strict=True)]
         bottom = [0.0] * len(data.x)
         for name, ms in data.layers.items():
-            axes.bar(lefts, ms, widths, bottom=bottom, align="edge", label=name,
-                     color=colors[name])  # fmt: skip
+            axes.bar(lefts, ms, widths, bottom=bottom, align="edge", label=data.label(name),
+                     color=colors[name], hatch=HATCH.get(name),
+                     edgecolor=EDGE.get(name))  # fmt: skip
             bottom = [b + y for b, y in zip(bottom, ms, strict=True)]
     elif data.layers:
-        axes.stackplot(data.x, *data.layers.values(), labels=list(data.layers),
-                       colors=[colors[n] for n in data.layers])  # fmt: skip
+        areas = axes.stackplot(data.x, *data.layers.values(),
+                               labels=[data.label(n) for n in data.layers],
+                               colors=[colors[n] for n in data.layers])  # fmt: skip
+        for area, name in zip(areas, data.layers, strict=True):
+            if name in HATCH:
+                area.set_hatch(HATCH[name])
+                area.set_edgecolor(EDGE[name])
     if data.step_ms is not None:
         axes.plot(centers, data.step_ms, color="black", linewidth=1.5, marker=".",
                   label="step time")  # fmt: skip
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     axes.set_xlabel("step" if data.per == "step" else "report")
     axes.set_ylabel(f"ms per {data.per}")
     axes.set_title(title)
@@ -339,20 +454,17 @@ def draw(data: Series, title: str, out: str) -> None:
     handles, labels = axes.get_legend_handles_labels()
     axes.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 fontsize="small", title="self time")  # fmt: skip
-    try:
-        figure.savefig(out, dpi=110)
-    except (OSError, ValueError) as exc:
-        raise CliError(f"{out}: cannot save the plot ({exc})") from None
+    return chart
 
 
 def _colors(names: Sequence[str]) -> dict[str, Any]:
-    """A distinct colour per region (tab10 without its grey, then tab20b), and greys for
-    the other regions and the uncovered time."""
+    """A distinct colour per region (tab10 without its grey, then tab20b), a solid grey for
+    the other regions and white with grey hatching for the uncovered time."""
     from matplotlib import colormaps
 
     tab10, tab20b = colormaps["tab10"], colormaps["tab20b"]
     palette = [tab10(i) for i in range(10) if i != 7] + [tab20b(i) for i in range(20)]
-    greys = {REST_ROW: "#9a9a9a", OTHER_ROW: "#dadada"}
+    greys = {REST_ROW: "#8c8c8c", OTHER_ROW: "#ffffff"}
     regions = [n for n in names if n not in greys]
     out: dict[str, Any] = {n: palette[i % len(palette)] for i, n in enumerate(regions)}
     out.update((n, greys[n]) for n in names if n in greys)
@@ -365,6 +477,50 @@ def plot(args: argparse.Namespace) -> int:
     data = series(run.reports, args.top)
     title = f"time per {data.per} by region · {os.path.basename(run.name)} · rank {run.rank}"
     draw(data, title, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+# -- html ---------------------------------------------------------------------------------
+
+
+def html_report(args: argparse.Namespace) -> int:
+    """Write the run (and its diff against ``--base``) as one self-contained HTML file."""
+    from instrument import html
+
+    run = load(args.path, args.rank)
+    diff_view = None
+    if args.base is not None:
+        a = profile(load(args.base, args.rank), args.skip_first)
+        b = profile(run, args.skip_first)
+        if a.per != b.per:
+            raise CliError(f"cannot compare {a.run.name} with {b.run.name}: one marked steps")
+        floor = noise_floor(a, args.noise_floor)
+        rows = []
+        for change in compare(a, b, 0.0):
+            found = change.shift
+            rows.append(
+                html.DiffRow(
+                    path=change.path,
+                    before=change.before,
+                    after=change.after,
+                    estimate_percent=None if found is None else found.percent(found.estimate),
+                    low_percent=None if found is None else found.low_percent,
+                    high_percent=None if found is None else found.high_percent,
+                    verdict=change.verdict(args.threshold, floor),
+                )
+            )
+        diff_view = html.diff_data(
+            rows, a=a.run.name, b=b.run.name, per=a.per, threshold=args.threshold, floor=floor
+        )
+    title = f"instrument · {os.path.basename(run.name)}"
+    data = html.page_data(run.reports, title=title, run_name=run.name, rank=run.rank,
+                          diff=diff_view)  # fmt: skip
+    try:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write(html.render(data))
+    except OSError as exc:
+        raise CliError(f"{args.output}: cannot write the report ({exc})") from None
     print(f"wrote {args.output}")
     return 0
 
@@ -446,7 +602,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-above",
         type=_number(0.0, inclusive=False),
         metavar="PCT",
-        help="exit 1 when a region in both runs slowed by more than PCT percent",
+        help="exit 1 when a region in both runs slowed significantly (beyond the runs' "
+        "noise) by more than PCT percent",
+    )
+    diff_cmd.add_argument(
+        "--threshold",
+        type=_number(0.0, inclusive=True),
+        default=5.0,
+        metavar="PCT",
+        help="smallest change (percent) the verdict column calls slower/faster "
+        "(default: 5; --fail-above sets it)",
+    )
+    diff_cmd.add_argument(
+        "--noise-floor",
+        type=_number(0.0, inclusive=True),
+        default=2.0,
+        metavar="PCT",
+        help="ignore changes smaller than PCT percent of A's step time (default: 2)",
     )
     diff_cmd.set_defaults(run=diff)
 
@@ -458,6 +630,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plot_cmd.add_argument("--rank", type=_non_negative_int, help=rank_help)
     plot_cmd.set_defaults(run=plot)
+
+    html_cmd = commands.add_parser(
+        "html", help="one self-contained HTML report (tree, timeline, ranks, diff)"
+    )
+    html_cmd.add_argument("path", help="a JSONL file written by instrument.sinks.JSONL")
+    html_cmd.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    html_cmd.add_argument("--base", metavar="BASE", help="a baseline run (JSONL): adds the diff")
+    html_cmd.add_argument("--rank", type=_non_negative_int, help=rank_help)
+    html_cmd.add_argument(
+        "--skip-first", type=_non_negative_int, metavar="K", help="as for diff (warm-up reports)"
+    )
+    html_cmd.add_argument(
+        "--threshold", type=_number(0.0, inclusive=True), default=5.0, metavar="PCT",
+        help="smallest change (percent) the diff calls slower/faster (default: 5)",
+    )  # fmt: skip
+    html_cmd.add_argument(
+        "--noise-floor", type=_number(0.0, inclusive=True), default=2.0, metavar="PCT",
+        help="ignore changes smaller than PCT percent of the base's step time (default: 2)",
+    )  # fmt: skip
+    html_cmd.set_defaults(run=html_report)
     return parser
 
 

@@ -25,8 +25,10 @@ import torch
 #: The default capacity of the trace ring (events; ~100 bytes each).
 TRACE_CAPACITY = 200_000
 
-#: One trace event: (path node, start ns, end ns, native thread id).
-TraceEvent = tuple[Any, int, int, int]
+#: One trace event: (path node, start ns, end ns, native thread id, device) where device
+#: is ``None`` for a host region, else ``(start event, end event, (device, stream))``: a
+#: pair of timing events the trace recorded itself for a "cuda"-clock region.
+TraceEvent = tuple[Any, int, int, int, Any]
 
 #: The ring of recent trace events while a trace sink is open, else ``None``.
 trace: collections.deque[TraceEvent] | None = None
@@ -40,10 +42,29 @@ nvtx_regions: set[Any] = set()
 #: A profiler session is running.
 profiling = False
 
-# (path node, start ns) of an open observed region -> (pushed an NVTX range, profiler range)
-_open: dict[tuple[Any, int], tuple[bool, Any]] = {}
+# (path node, start ns) of an open observed region -> (pushed an NVTX range, profiler range,
+# the trace's device start event and its (device, stream) or None)
+_open: dict[tuple[Any, int], tuple[bool, Any, Any]] = {}
 _get_native_id = threading.get_native_id
 _warned: set[str] = set()
+
+
+def _device_event() -> Any:
+    """A fresh timing event recorded on the current stream (never waits for the device)."""
+    event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    event.record()
+    return event
+
+
+def _current_stream() -> tuple[int, int]:
+    """(device index, stream id) of the current stream."""
+    stream = torch.cuda.current_stream()
+    return stream.device_index, stream.stream_id
+
+
+#: How a traced "cuda" region records its own device events (tests swap in a fake).
+device_event = _device_event
+current_stream = _current_stream
 
 
 def nvtx_available() -> bool:
@@ -70,7 +91,8 @@ def _reapply() -> None:
 
 
 def entered(region: Any, frame: tuple[Any, ...]) -> None:
-    """A region opened: push its NVTX range and its profiler range."""
+    """A region opened: push its NVTX range and its profiler range; a region on the "cuda"
+    clock (its frame holds a start event) records a device event for the trace."""
     pushed = (nvtx_all or region in nvtx_regions) and nvtx_available()
     if pushed:
         torch.cuda.nvtx.range_push(region.name)  # type: ignore[no-untyped-call]
@@ -78,24 +100,31 @@ def entered(region: Any, frame: tuple[Any, ...]) -> None:
     if profiling:
         ranged = _record_function(region.name)
         ranged.__enter__()
-    if pushed or ranged is not None:
-        _open[(frame[0], frame[1])] = (pushed, ranged)
+    device = None
+    if trace is not None and frame[4] is not None:
+        device = (device_event(), current_stream())
+    if pushed or ranged is not None or device is not None:
+        _open[(frame[0], frame[1])] = (pushed, ranged, device)
 
 
 def exited(frame: tuple[Any, ...], t1: int) -> None:
-    """A region closed at ``t1``: close its ranges, append its trace event."""
+    """A region closed at ``t1``: close its ranges, append its trace event (with a device
+    end event when it recorded a device start)."""
     global trace_recorded
+    device = None
     if _open:
         opened = _open.pop((frame[0], frame[1]), None)
         if opened is not None:
-            pushed, ranged = opened
+            pushed, ranged, started = opened
             if ranged is not None:
                 ranged.__exit__(None, None, None)
             if pushed:
                 torch.cuda.nvtx.range_pop()  # type: ignore[no-untyped-call]
+            if started is not None:
+                device = (started[0], device_event(), started[1])
     ring = trace
     if ring is not None:
-        ring.append((frame[0], frame[1], t1, _get_native_id()))
+        ring.append((frame[0], frame[1], t1, _get_native_id(), device))
         trace_recorded += 1
 
 
@@ -132,7 +161,8 @@ def stop_trace(owner: object) -> None:
 
 
 def trace_dropped() -> int:
-    """Events recorded since tracing started that the ring no longer holds."""
+    """Events recorded since tracing started that the ring no longer holds (a reader that
+    takes events out of the ring keeps its own count)."""
     return 0 if trace is None else max(trace_recorded - len(trace), 0)
 
 

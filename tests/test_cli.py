@@ -74,9 +74,22 @@ def tree_row(out: str, label: str) -> list[str]:
 
 
 def table(out: str) -> dict[str, list[str]]:
-    """The diff's rows by region, in printed order."""
-    body = out.split("\n\n", 1)[1].splitlines()[1:]
-    return {line.split()[0]: line.split()[1:] for line in body}
+    """The diff's rows by region, in printed order: A, B, delta ms, delta %."""
+    return {region: cells[:4] for region, cells in full_table(out).items()}
+
+
+def full_table(out: str) -> dict[str, list[str]]:
+    """The diff's rows by region with every column (the interval's cells joined)."""
+    body = out.split("\n\n")[1].splitlines()[1:]
+    rows = {}
+    for line in body:
+        region, rest = line.split(None, 1)
+        cells = rest.split()
+        if "[" in rest:  # "+50.0% [+50.0, +50.0]"
+            start = next(i for i, cell in enumerate(cells) if cell.startswith("["))
+            cells[start - 1 : start + 2] = [" ".join(cells[start - 1 : start + 2])]
+        rows[region] = cells
+    return rows
 
 
 # -- show ---------------------------------------------------------------------------------
@@ -147,7 +160,8 @@ def test_diff_lists_every_region_by_impact(
     assert (code, err) == (0, "")
     assert "(rank 0, 3 reports, first 1 skipped as warm-up, 4 steps)" in out
     assert out.split("\n\n")[1].splitlines()[0].split() == [
-        "region", "A", "ms/step", "B", "ms/step", "delta", "ms", "delta", "%"
+        "region", "A", "ms/step", "B", "ms/step", "delta", "ms", "delta", "%",
+        "median", "%", "[95%", "CI]", "verdict",
     ]  # fmt: skip
     rows = table(out)
     assert list(rows) == ["(step)", "forward", "old", "backward", "data", "(other)"]
@@ -157,6 +171,13 @@ def test_diff_lists_every_region_by_impact(
     assert rows["backward"] == ["20.000", "19.000", "-1.000", "-5.0%"]
     assert rows["data"] == ["-", "1.000", "+1.000", "new"]
     assert rows["(other)"] == ["1.000", "1.000", "+0.000", "+0.0%"]
+    full = full_table(out)  # exact times: a zero-width interval, so every change is certain
+    assert full["forward"][4:] == ["+50.0% [+50.0, +50.0]", "slower"]
+    assert full["backward"][4] == "-5.0% [-5.0, -5.0]"
+    assert full["(other)"][4:] == ["+0.0% [+0.0, +0.0]", "noise"]
+    assert full["old"][4:] == ["-"]  # in one run only: no interval
+    assert "verdict: whole interval beyond 5% and a change of at least 0.660 ms/step" in out
+    assert "note: 2 report(s) after warm-up in one run: too few to measure its noise" in out
 
 
 def test_diff_skip_first_and_min_ms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,7 +240,9 @@ def test_fail_above_exits_1_naming_the_slower_regions(
     assert ("forward" in out) == ("--min-ms" not in options)
     if code:
         threshold = options[1]
-        assert err.startswith(f"instrument: {2 if threshold == '5' else 1} region(s) slowed by")
+        assert err.startswith(
+            f"instrument: {2 if threshold == '5' else 1} region(s) slowed significantly by"
+        )
         assert f"more than {threshold}%: " in err
         assert "forward (+50.0%)" in err
         assert ("(step) (+9.1%)" in err) == (threshold == "5")
@@ -259,6 +282,43 @@ def test_series_stacks_up_to_the_step_time(tmp_path: Path) -> None:
     assert data.step_ms == pytest.approx([11.0, 11.0])
     stacked = [sum(layer[i] for layer in data.layers.values()) for i in range(2)]
     assert stacked == pytest.approx(data.step_ms)
+
+
+def test_plot_tells_other_from_other_regions_and_labels_self_time(tmp_path: Path) -> None:
+    nested = {"forward": 0.002, "forward/a": 0.001, "forward/b": 0.003, "backward": 0.004}
+    clock = FakeClock()
+    reports = []
+    with use_clock(clock):
+        reporter = instrument.Reporter(every=None, memory=False)
+        for _ in range(2):
+            with instrument.timed("forward"):
+                clock.advance(nested["forward"])
+                for name in ("a", "b"):
+                    with instrument.timed(name):
+                        clock.advance(nested[f"forward/{name}"])
+            with instrument.timed("backward"):
+                clock.advance(nested["backward"])
+            clock.advance(0.001)
+            instrument.step()
+            reports.append(reporter.flush())
+    data = cli.series(reports, top=3)
+    assert list(data.layers) == ["backward", "forward/b", "forward", "other regions", "(other)"]
+    assert data.parents == {"forward"}
+    chart = cli.figure(data, "t")
+    axes = chart.axes[0]
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert sorted(legend) == sorted([
+        "step time", "(other): in no region", "other regions (their self time)",
+        "forward (self)", "forward/b", "backward",
+    ])  # fmt: skip
+    bars = {c.get_label(): c for c in axes.containers}
+    uncovered, rest = bars["(other): in no region"], bars["other regions (their self time)"]
+    assert {bar.get_hatch() for bar in uncovered} == {"///"}  # hatched: never a region
+    assert {bar.get_hatch() for bar in rest} == {None}
+    assert uncovered[0].get_facecolor() != rest[0].get_facecolor()
+    ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
+    assert ticks
+    assert all(float(t).is_integer() for t in ticks)  # 2 reports: no 0.5 steps
 
 
 def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -472,7 +532,7 @@ def test_python_m_instrument_show_and_diff(tmp_path: Path) -> None:
     assert compared.returncode == 1
     assert list(table(compared.stdout))[:2] == ["(step)", "forward"]
     assert compared.stderr == (
-        "instrument: 1 region(s) slowed by more than 40%: forward (+50.0%)\n"
+        "instrument: 1 region(s) slowed significantly by more than 40%: forward (+50.0%)\n"
     )
 
 

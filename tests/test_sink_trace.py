@@ -14,7 +14,7 @@ from distributed_helpers import run_ranks
 import instrument
 from instrument import observe
 from instrument.region import CpuRegion, ObservedCpuRegion
-from instrument.sinks import ChromeTrace
+from instrument.sinks import ChromeTrace, trace
 from instrument.testing import FakeClock
 
 
@@ -144,3 +144,203 @@ def test_each_rank_writes_its_own_file(tmp_path: Path) -> None:
     for rank in (0, 1):
         document = load(tmp_path / f"trace.rank{rank}.json")
         assert [(e["name"], e["pid"]) for e in spans(document)] == [(f"work_on_rank_{rank}", rank)]
+
+
+# -- incremental writes ---------------------------------------------------------------------
+
+
+def check_format(document: dict[str, Any]) -> None:
+    """The Trace Event Format's rules for what we write: metadata ("M") events name a
+    process or thread; complete ("X") events have a name, numeric pid/tid and ts/dur >= 0
+    in microseconds, and on one thread they nest (a later event starts after an earlier
+    one ended, or ends inside it)."""
+    assert isinstance(document["traceEvents"], list)
+    assert document["displayTimeUnit"] in ("ms", "ns")
+    by_thread: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for event in document["traceEvents"]:
+        assert isinstance(event["pid"], int)
+        assert isinstance(event["tid"], int)
+        if event["ph"] == "M":
+            assert event["name"] in ("process_name", "process_sort_index", "thread_name")
+            assert isinstance(event["args"], dict)
+            continue
+        assert event["ph"] == "X"
+        assert isinstance(event["name"], str)
+        assert event["name"]
+        assert event["dur"] >= 0
+        assert event["ts"] > 0
+        by_thread.setdefault((event["pid"], event["tid"]), []).append(
+            (event["ts"], event["ts"] + event["dur"])
+        )
+    for spans_ in by_thread.values():
+        open_: list[float] = []
+        for start, end in sorted(spans_, key=lambda s: (s[0], -s[1])):
+            while open_ and open_[-1] <= start + 1e-3:
+                open_.pop()
+            assert not open_ or end <= open_[-1] + 1e-3, "overlapping events on one thread"
+            open_.append(end)
+
+
+def test_each_write_appends_only_the_new_events_and_the_file_stays_json(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = ChromeTrace(tmp_path / "t.json", max_events=100_000)
+    formatted: list[int] = []
+    original = ChromeTrace._format
+
+    def counting(self: ChromeTrace, final: bool) -> list[str]:
+        lines = original(self, final)
+        formatted.append(sum('"ph":"X"' in line for line in lines))
+        return lines
+
+    monkeypatch.setattr(ChromeTrace, "_format", counting)
+    reporter = instrument.Reporter(every=None, sinks=[sink])
+    for _ in range(20_000):
+        with instrument.timed("busy"):
+            clock.advance(1e-6)
+    reporter.flush()
+    size = (tmp_path / "t.json").stat().st_size
+    reporter.flush()  # nothing new: nothing formatted, the file as it was
+    assert (tmp_path / "t.json").stat().st_size == size
+    for name in ("a", "b", "c"):
+        with instrument.timed(name):
+            clock.advance(0.001)
+    reporter.flush()
+    assert formatted == [20_000, 0, 3]
+    document = load(tmp_path / "t.json")
+    check_format(document)
+    assert [e["name"] for e in spans(document)][-4:] == ["busy", "a", "b", "c"]
+    assert len(spans(document)) == 20_003
+    assert sink.events_written == 20_003
+    reporter.close()
+    assert len(spans(load(tmp_path / "t.json"))) == 20_003
+
+
+def test_two_sinks_each_get_every_event(tmp_path: Path, clock: FakeClock) -> None:
+    first, second = ChromeTrace(tmp_path / "1.json"), ChromeTrace(tmp_path / "2.json")
+    reporter = instrument.Reporter(every=None, sinks=[first])
+    with instrument.timed("x"):
+        clock.advance(0.001)
+    reporter.flush()  # the first sink writes; the second keeps its events for later
+    with instrument.timed("y"):
+        clock.advance(0.001)
+    first.close()
+    second.close()
+    assert [e["name"] for e in spans(load(tmp_path / "1.json"))] == ["x", "y"]
+    assert [e["name"] for e in spans(load(tmp_path / "2.json"))] == ["x", "y"]
+
+
+# -- device tracks --------------------------------------------------------------------------
+
+
+class FakeDevice:
+    """A device clock (ns) that the test moves, and the events it timestamps."""
+
+    def __init__(self) -> None:
+        self.now = 5_000_000
+        self.busy_from: int | None = None  # events recorded from then on have not completed
+
+
+class FakeEvent:
+    """What the trace uses of ``torch.cuda.Event``: record, query, synchronize,
+    elapsed_time (ms)."""
+
+    def __init__(self, device: FakeDevice) -> None:
+        self.device = device
+        self.at: int | None = None
+
+    def record(self) -> None:
+        self.at = self.device.now
+
+    def query(self) -> bool:
+        assert self.at is not None
+        return self.device.busy_from is None or self.at < self.device.busy_from
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.at is not None
+        assert end.at is not None
+        return (end.at - self.at) / 1e6
+
+
+def gpu_region(name: str, clock: FakeClock, device: FakeDevice, host_s: float, gpu_ns: int,
+               lag_ns: int) -> None:  # fmt: skip
+    """What a "cuda"-clock region does while traced: open (its frame holds a start event),
+    run ``host_s`` on the host while the device, ``lag_ns`` behind, runs ``gpu_ns``."""
+    from instrument import registry
+
+    node = registry.ROOT.child(name, 0, "cuda")
+    region = instrument.timed(name, clock="cpu")
+    device.now += lag_ns
+    frame = (node, clock.now_ns(), None, region, object())
+    observe.entered(region, frame)
+    clock.advance(host_s)
+    device.now += gpu_ns
+    observe.exited(frame, clock.now_ns())
+
+
+def test_cuda_regions_get_a_device_track_placed_by_the_reference_event(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device = FakeDevice()
+    monkeypatch.setattr(observe, "device_event", lambda: _recorded(FakeEvent(device)))
+    monkeypatch.setattr(observe, "current_stream", lambda: (0, 7))
+    sink = ChromeTrace(tmp_path / "t.json")
+    reference = _recorded(FakeEvent(device))  # the device reached it at host time 1 s
+    sink.anchor(0, reference, host_ns=clock.now_ns())
+    gpu_region("matmul", clock, device, host_s=0.0001, gpu_ns=3_000_000, lag_ns=2_000_000)
+    device.busy_from = device.now + 1  # the next one has not run on the device at the write
+    gpu_region("late", clock, device, host_s=0.0001, gpu_ns=1_000_000, lag_ns=0)
+    sink.write(instrument.Report())
+    document = load(tmp_path / "t.json")
+    check_format(document)
+    host = {e["name"]: e for e in spans(document) if e["tid"] < trace.DEVICE_TID}
+    gpu = {e["name"]: e for e in spans(document) if e["tid"] >= trace.DEVICE_TID}
+    assert set(host) == {"matmul", "late"}
+    assert set(gpu) == {"matmul"}  # "late" waits: no synchronization before it completed
+    matmul = gpu["matmul"]
+    assert matmul["dur"] == pytest.approx(3000.0)  # µs of device time, not the host's 100
+    assert matmul["ts"] - host["matmul"]["ts"] == pytest.approx(2000.0)  # 2 ms behind
+    assert matmul["args"] == {"path": "matmul", "clock": "device"}
+    names = {e["tid"]: e["args"]["name"] for e in document["traceEvents"]
+             if e["name"] == "thread_name"}  # fmt: skip
+    assert names[matmul["tid"]] == "cuda:0 stream 7"
+    device.busy_from = None
+    sink.close()
+    gpu = {e["name"]: e for e in spans(load(tmp_path / "t.json")) if e["tid"] >= trace.DEVICE_TID}
+    assert set(gpu) == {"matmul", "late"}
+    assert gpu["late"]["dur"] == pytest.approx(1000.0)
+
+
+def _recorded(event: FakeEvent) -> FakeEvent:
+    event.record()
+    return event
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_real_cuda_region_has_a_device_track(tmp_path: Path) -> None:
+    torch.cuda.init()
+    x = torch.randn(2048, 2048, device="cuda")
+    sink = ChromeTrace(tmp_path / "t.json")
+    reporter = instrument.Reporter(every=None, sinks=[sink])
+    stream = torch.cuda.Stream()
+    for _ in range(3):
+        with instrument.timed("matmul", clock="cuda"):
+            x @ x
+        with torch.cuda.stream(stream), instrument.timed("side", clock="cuda"):
+            x + x
+    reporter.flush()
+    reporter.close()
+    document = load(tmp_path / "t.json")
+    check_format(document)
+    gpu = [e for e in spans(document) if e["tid"] >= trace.DEVICE_TID]
+    assert sorted({e["name"] for e in gpu}) == ["matmul", "side"]
+    assert len({e["tid"] for e in gpu}) == 2  # one track per stream
+    host = {(e["name"], round(e["ts"])): e for e in spans(document) if e["tid"] < trace.DEVICE_TID}
+    first_matmul = min(e["ts"] for e in gpu if e["name"] == "matmul")
+    first_host = min(ts for (name, ts) in host if name == "matmul")
+    assert first_matmul >= first_host - 50  # the device starts after the launch (µs)
+    assert all(e["dur"] > 0 for e in gpu)

@@ -1,0 +1,456 @@
+// instrument HTML report: unpacks the embedded data and draws it as SVG. No library, no network.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
+  "#ff9da7", "#9c755f", "#5778a4", "#e49444", "#6a9f58", "#d1615d", "#85b6b2", "#e7ca60"];
+const REST_COLOR = "#8d96a6";   // "other regions": regions outside the top ones
+const OTHER_COLOR = "#d6dae1";  // "(other)": step time no region covered
+
+function el(name, attrs, parent) {
+  const node = document.createElementNS(SVG, name);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+function html(tag, attrs, text, parent) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
+  if (text !== undefined && text !== null) node.textContent = text;
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+function fmt(ms) {
+  if (ms === null || ms === undefined) return "–";
+  const a = Math.abs(ms);
+  if (a >= 1000) return (ms / 1000).toFixed(3) + " s";
+  if (a >= 1) return ms.toFixed(3) + " ms";
+  return (ms * 1000).toFixed(1) + " µs";
+}
+
+function num(value, digits) {
+  if (value === null || value === undefined) return "–";
+  return Number(value).toLocaleString("en-US", { maximumFractionDigits: digits });
+}
+
+function signed(value, digits) {
+  if (value === null || value === undefined) return "–";
+  const text = value.toFixed(digits);
+  if (Number(text) === 0) return "+" + (0).toFixed(digits);  // never "-0.0"
+  return (value > 0 ? "+" : "") + text;
+}
+
+const colorOf = (() => {
+  const assigned = new Map();
+  return (path) => {
+    if (!assigned.has(path)) assigned.set(path, PALETTE[assigned.size % PALETTE.length]);
+    return assigned.get(path);
+  };
+})();
+
+async function unpack() {
+  const text = document.getElementById("data").textContent.trim();
+  const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return JSON.parse(await new Response(stream).text());
+}
+
+// -- tooltip -------------------------------------------------------------------------------
+
+const tip = () => document.getElementById("tip");
+
+function showTip(event, rows, title) {
+  const box = tip();
+  box.replaceChildren();
+  html("strong", {}, title, box);
+  const table = html("table", {}, null, box);
+  for (const [label, value] of rows) {
+    if (value === null || value === undefined) continue;
+    const tr = html("tr", {}, null, table);
+    html("td", {}, label, tr);
+    html("td", {}, value, tr);
+  }
+  box.hidden = false;
+  const x = Math.min(event.clientX + 14, window.innerWidth - box.offsetWidth - 8);
+  const y = Math.min(event.clientY + 14, window.innerHeight - box.offsetHeight - 8);
+  box.style.left = x + "px";
+  box.style.top = y + "px";
+}
+
+function hideTip() { tip().hidden = true; }
+
+// -- the timing tree of one interval -------------------------------------------------------
+
+// self time of every region of an interval: its total minus its children's (concurrent
+// children overlap their parent, so they are not subtracted); computed once per interval
+function selfTimes(data, interval) {
+  if (interval.self) return interval.self;
+  const self = new Map();
+  for (const row of interval.d) self.set(row[0], row[1] || 0);
+  for (const row of interval.d) {
+    const parent = data.parents[row[0]];
+    if (parent >= 0 && self.has(parent) && !data.concurrent[row[0]]) self.set(parent, self.get(parent) - (row[1] || 0));
+  }
+  for (const [key, value] of self) self.set(key, Math.max(value, 0));
+  interval.self = self;
+  return self;
+}
+
+function buildTree(data, interval) {
+  const per = data.per;
+  const root = { path: "", name: per === "step" ? "step" : "report", total: 0, children: [],
+    depth: 0 };
+  const byPath = new Map([["", root]]);
+  const self = selfTimes(data, interval);
+  const steps = interval.n || 1;
+  for (const row of interval.d) {
+    const path = data.paths[row[0]];
+    const cut = path.lastIndexOf("/");
+    byPath.set(path, { path, name: path.slice(cut + 1), parentPath: cut < 0 ? "" : path.slice(0, cut),
+      total: row[1] || 0, self: self.get(row[0]), count: row[2],
+      mean: row.length > 9 ? row[9] : row[2] ? (row[1] || 0) * steps / row[2] : null,
+      p50: row[3], p90: row[4], p99: row[5],
+      host: row.length > 6 ? row[6] : null, device: row.length > 6 ? row[7] : null, open: row[8] === 1,
+      concurrent: data.concurrent[row[0]] === 1, children: [] });
+  }
+  for (const node of byPath.values()) {
+    if (node === root) continue;
+    const parent = byPath.get(node.parentPath) || root;
+    parent.children.push(node);
+  }
+  let covered = 0;
+  for (const child of root.children) if (!child.concurrent) covered += child.total;
+  root.total = interval.st !== null && interval.st !== undefined ? interval.st : covered;
+  if (interval.o) root.children.push({ path: "(other)", name: "(other)", total: interval.o,
+    children: [], other: true, self: interval.o });
+  root.self = root.total - covered;
+  const sortKids = (node, depth) => {
+    node.depth = depth;
+    node.children.sort((a, b) => ((a.other ? 1 : 0) - (b.other ? 1 : 0)) || (b.total - a.total));
+    for (const child of node.children) { child.parent = node; sortKids(child, depth + 1); }
+  };
+  sortKids(root, 0);
+  return { root, byPath };
+}
+
+function drawIcicle(data, state) {
+  const svg = document.getElementById("icicle");
+  svg.replaceChildren();
+  const interval = data.intervals[state.interval];
+  const { root, byPath } = buildTree(data, interval);
+  let focus = byPath.get(state.focus) || root;
+  if (focus.other) focus = root;
+  state.focus = focus.path;
+  const width = Math.max(svg.clientWidth || 0, 600), rowH = 24;
+  const ancestors = [];
+  for (let node = focus.parent; node; node = node.parent) ancestors.unshift(node);
+  let maxDepth = 0;
+  const visit = (node) => { maxDepth = Math.max(maxDepth, node.depth); node.children.forEach(visit); };
+  visit(focus);
+  const rows = ancestors.length + (maxDepth - focus.depth) + 1;
+  svg.setAttribute("viewBox", `0 0 ${width} ${rows * rowH}`);
+  svg.setAttribute("height", rows * rowH);
+  const stepTotal = root.total || 1;
+  const place = (node, x, w, row, cls) => {
+    const g = el("g", { class: "node" + (cls ? " " + cls : "") + (node.other ? " other" : ""),
+      "data-path": node.path || "(root)", transform: `translate(${x},${row * rowH})` }, svg);
+    const fill = node.other ? OTHER_COLOR : node.path === "" ? "#9aa5b8" : colorOf(node.path.split("/")[0]);
+    el("rect", { width: Math.max(w, 0.5), height: rowH - 1, fill, rx: 2 }, g);
+    if (w > 40) {
+      const label = el("text", { x: 4, y: rowH / 2 + 4 }, g);
+      const open = node.open ? " (open)" : "";
+      const text = `${node.name}${open} · ${fmt(node.total)}`;
+      label.textContent = text.length * 6.2 > w - 6 ? node.name.slice(0, Math.max(Math.floor((w - 8) / 6.2), 1)) : text;
+    }
+    g.addEventListener("mousemove", (event) => showTip(event, nodeRows(node, stepTotal, data.per),
+      node.path || root.name));
+    g.addEventListener("mouseleave", hideTip);
+    g.addEventListener("click", () => {
+      state.focus = node === focus ? (node.parent ? node.parent.path : "") : node.path;
+      if (node.other) state.focus = "";
+      drawIcicle(data, state);
+    });
+    return g;
+  };
+  ancestors.forEach((node, i) => place(node, 0, width, i, "ancestor"));
+  const layout = (node, x, w, row) => {
+    place(node, x, w, row, node === focus ? "focus" : "");
+    const kids = node.children;
+    let sum = 0;
+    for (const kid of kids) sum += kid.total;
+    const scale = node.total > 0 ? w / Math.max(node.total, sum) : 0;
+    let cursor = x;
+    for (const kid of kids) {
+      const kw = kid.total * scale;
+      layout(kid, cursor, kw, row + 1);
+      cursor += kw;
+    }
+  };
+  layout(focus, 0, width, ancestors.length);
+  document.getElementById("crumb").textContent = focus === root ? "" : "zoomed into " + focus.path;
+  document.getElementById("unzoom").disabled = focus === root;
+}
+
+function nodeRows(node, stepTotal, per) {
+  const rows = [[`total per ${per}`, fmt(node.total)], ["of the " + per, num(100 * node.total / stepTotal, 1) + " %"],
+    ["self", node.self === undefined ? null : fmt(node.self)]];
+  if (node.count !== undefined) {
+    rows.push(["calls", num(node.count, 0)], ["mean", fmt(node.mean)], ["p50", fmt(node.p50)],
+      ["p90", fmt(node.p90)], ["p99", fmt(node.p99)]);
+    if (node.device !== null && node.device !== undefined) {
+      rows.push([`host per ${per}`, fmt(node.host)], [`device per ${per}`, fmt(node.device)]);
+    }
+    if (node.open) rows.push(["open", "still running at the flush"]);
+    if (node.concurrent) rows.push(["concurrent", "overlaps its siblings"]);
+  }
+  return rows;
+}
+
+// -- the timeline across intervals ---------------------------------------------------------
+
+function chart(parent, title, xs, series, options) {
+  const box = html("div", { class: "chart", "data-chart": title }, null, parent);
+  html("h3", {}, title, box);
+  const W = 520, H = 180, L = 56, R = 8, T = 8, B = 24;
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, height: H }, box);
+  const stacked = options && options.stacked;
+  const n = xs.length;
+  let top = 0;
+  for (let i = 0; i < n; i++) {
+    let sum = 0;
+    for (const s of series) {
+      const v = s.values[i] || 0;
+      sum = stacked ? sum + v : Math.max(sum, v);
+    }
+    if (options && options.line) top = Math.max(top, options.line.values[i] || 0);
+    top = Math.max(top, sum);
+  }
+  top = top > 0 ? top * 1.08 : 1;
+  const x0 = xs[0], x1 = xs[n - 1];
+  const sx = (x) => L + (n === 1 ? (W - L - R) / 2 : ((x - x0) / (x1 - x0)) * (W - L - R));
+  const sy = (y) => T + (H - T - B) * (1 - y / top);
+  for (let k = 0; k <= 4; k++) {
+    const y = (top / 1.08) * k / 4;
+    el("line", { x1: L, x2: W - R, y1: sy(y), y2: sy(y), class: "grid" }, svg);
+    el("text", { x: L - 4, y: sy(y) + 4, "text-anchor": "end" }, svg).textContent = num(y, y < 10 ? 2 : 0);
+  }
+  el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }, svg);
+  const ticks = Math.min(n, 8);
+  const seen = new Set();
+  for (let k = 0; k < ticks; k++) {
+    const x = xs[Math.round(k * (n - 1) / Math.max(ticks - 1, 1))];
+    if (seen.has(x)) continue;
+    seen.add(x);
+    el("text", { x: sx(x), y: H - 6, "text-anchor": "middle" }, svg).textContent = String(x);
+  }
+  const base = new Array(n).fill(0);
+  for (const s of series) {
+    const upper = s.values.map((v, i) => (stacked ? base[i] : 0) + (v || 0));
+    if (stacked || n > 1) {
+      let d = "";
+      if (stacked) {
+        upper.forEach((v, i) => { d += (i ? "L" : "M") + sx(xs[i]) + "," + sy(v); });
+        for (let i = n - 1; i >= 0; i--) d += "L" + sx(xs[i]) + "," + sy(base[i]);
+        if (n === 1) d = `M${sx(xs[0]) - 20},${sy(upper[0])}h40V${sy(base[0])}h-40Z`;
+        el("path", { d: d + "Z", fill: s.color, "fill-opacity": 0.85, "data-series": s.name }, svg);
+      } else {
+        upper.forEach((v, i) => { d += (i ? "L" : "M") + sx(xs[i]) + "," + sy(v); });
+        el("path", { d, fill: "none", stroke: s.color, "stroke-width": 2, "data-series": s.name }, svg);
+      }
+    } else {
+      el("circle", { cx: sx(xs[0]), cy: sy(upper[0]), r: 3, fill: s.color }, svg);
+    }
+    if (stacked) upper.forEach((v, i) => { base[i] = v; });
+  }
+  if (options && options.line) {
+    let d = "";
+    options.line.values.forEach((v, i) => { if (v !== null) d += (d ? "L" : "M") + sx(xs[i]) + "," + sy(v); });
+    el("path", { d, fill: "none", stroke: "#1d2330", "stroke-width": 1.5, "data-series": options.line.name }, svg);
+  }
+  const hover = el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "transparent" }, svg);
+  const nearest = (event) => {
+    const box2 = svg.getBoundingClientRect();
+    const px = (event.clientX - box2.left) * (W / box2.width);
+    let best = 0;
+    for (let i = 1; i < n; i++) if (Math.abs(sx(xs[i]) - px) < Math.abs(sx(xs[best]) - px)) best = i;
+    return best;
+  };
+  hover.addEventListener("mousemove", (event) => {
+    const i = nearest(event);
+    const rows = series.map((s) => [s.name, options.unit(s.values[i])]);
+    if (options.line) rows.unshift([options.line.name, options.unit(options.line.values[i])]);
+    showTip(event, rows.reverse(), `${options.xlabel} ${xs[i]}`);
+  });
+  hover.addEventListener("mouseleave", hideTip);
+  if (options.onPick) hover.addEventListener("click", (event) => options.onPick(nearest(event)));
+  const legend = html("div", { class: "legend" }, null, box);
+  const entries = series.slice().reverse();
+  if (options.line) entries.unshift({ name: options.line.name, color: "#1d2330" });
+  for (const s of entries) {
+    const item = html("span", {}, null, legend);
+    html("i", { style: `background:${s.color}` }, null, item);
+    item.appendChild(document.createTextNode(s.name));
+  }
+  return box;
+}
+
+function drawTimeline(data, state, pick) {
+  const root = document.getElementById("timeline");
+  root.replaceChildren();
+  const ivs = data.intervals;
+  const xlabel = data.per === "step" ? "step" : "report";
+  const xs = ivs.map((iv) => (data.per === "step" ? iv.s : iv.i));
+  const charts = html("div", { class: "charts" }, null, root);
+  // top regions by self time over the run
+  const overall = new Map();
+  for (const iv of ivs) for (const [i, self] of selfTimes(data, iv)) {
+    if (data.concurrent[i]) continue;
+    overall.set(i, (overall.get(i) || 0) + self);
+  }
+  const ranked = [...overall.entries()].filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
+  const top = ranked.slice(0, 8).map(([i]) => i);
+  const series = top.map((i) => ({ name: data.paths[i] + " (self)", color: colorOf(data.paths[i]),
+    values: ivs.map((iv) => selfTimes(data, iv).get(i) || 0) }));
+  if (ranked.length > top.length) {
+    const rest = new Set(ranked.slice(8).map(([i]) => i));
+    series.push({ name: "other regions (self)", color: REST_COLOR,
+      values: ivs.map((iv) => { let sum = 0; for (const [i, v] of selfTimes(data, iv)) if (rest.has(i)) sum += v; return sum; }) });
+  }
+  if (ivs.some((iv) => iv.o)) series.push({ name: "(other): no region", color: OTHER_COLOR, values: ivs.map((iv) => iv.o || 0) });
+  const stepLine = ivs.some((iv) => iv.st !== null && iv.st !== undefined)
+    ? { name: `${data.per} time`, values: ivs.map((iv) => (iv.st === undefined ? null : iv.st)) } : null;
+  chart(charts, `time per ${data.per}: self time of the top regions (ms)`, xs, series,
+    { stacked: true, line: stepLine, unit: fmt, xlabel, onPick: pick });
+  const metric = (title, get, unit) => {
+    const values = ivs.map(get);
+    if (!values.some((v) => v !== null && v !== undefined)) return;
+    chart(charts, title, xs, [{ name: title, color: "#4e79a7", values }], { unit, xlabel, onPick: pick });
+  };
+  for (const key of ["samples/s", "tokens/s", "steps/s"]) {
+    if (ivs.some((iv) => iv.tp && iv.tp[key])) { metric("throughput: " + key, (iv) => (iv.tp ? iv.tp[key] : null), (v) => num(v, 1)); break; }
+  }
+  metric("MFU (%)", (iv) => (iv.tp ? iv.tp["MFU %"] : null), (v) => num(v, 2) + " %");
+  const memKey = ["device_peak_allocated", "device_allocated", "host_peak_rss", "host_rss"]
+    .find((k) => ivs.some((iv) => iv.mem && iv.mem[k]));
+  if (memKey) metric(`memory: ${memKey} (MiB)`, (iv) => (iv.mem ? iv.mem[memKey] : null), (v) => num(v, 1) + " MiB");
+}
+
+// -- ranks × regions -----------------------------------------------------------------------
+
+function drawHeat(data) {
+  const heat = data.heat;
+  if (!heat || !heat.rows.length) return;
+  document.getElementById("heat-section").hidden = false;
+  const root = document.getElementById("heat");
+  const rows = heat.rows.slice().sort((a, b) => Math.max(...b.v.map((v) => v || 0)) - Math.max(...a.v.map((v) => v || 0))).slice(0, 40);
+  const strag = new Set(heat.stragglers.map((s) => s.p + "#" + s.r));
+  const reported = heat.reported || [];
+  for (const s of reported) for (const p of s.regions) strag.add(p + "#" + s.r);
+  const labelW = 260, cell = Math.max(Math.min(Math.floor(700 / heat.world), 48), 14), rowH = 20;
+  const W = labelW + cell * heat.world + 10, H = 22 + rowH * rows.length;
+  const svg = el("svg", { id: "heatmap", viewBox: `0 0 ${W} ${H}`, height: H, style: `max-width:${W}px` }, root);
+  for (let r = 0; r < heat.world; r++) {
+    el("text", { x: labelW + r * cell + cell / 2, y: 14, "text-anchor": "middle" }, svg).textContent = String(r);
+  }
+  rows.forEach((row, y) => {
+    el("text", { x: labelW - 6, y: 22 + y * rowH + 14, "text-anchor": "end" }, svg).textContent = row.p;
+    const present = row.v.filter((v) => v !== null).sort((a, b) => a - b);
+    const mid = present.length ? present[Math.floor(present.length / 2)] : 0;
+    row.v.forEach((v, r) => {
+      const slow = strag.has(row.p + "#" + r);
+      const g = el("g", { class: "cell" + (slow ? " straggler" : ""), "data-path": row.p, "data-rank": r }, svg);
+      const ratio = v === null || !mid ? 0 : Math.max(Math.min((v - mid) / mid, 1), -1);
+      const fill = v === null ? "#f3f4f6" : ratio >= 0 ? `rgb(255,${Math.round(245 - 170 * ratio)},${Math.round(235 - 190 * ratio)})`
+        : `rgb(${Math.round(235 + 150 * ratio)},${Math.round(245 + 40 * ratio)},255)`;
+      el("rect", { x: labelW + r * cell + 1, y: 22 + y * rowH + 1, width: cell - 2, height: rowH - 2, fill, rx: 2 }, g);
+      if (slow) el("text", { x: labelW + r * cell + cell / 2, y: 22 + y * rowH + 14, "text-anchor": "middle" }, g).textContent = "▲";
+      g.addEventListener("mousemove", (event) => showTip(event, [["rank", String(r)], [`mean per ${data.per}`, fmt(v)],
+        ["median rank", fmt(mid)], ["straggler", slow ? "yes" : null]], row.p));
+      g.addEventListener("mouseleave", hideTip);
+    });
+  });
+  html("p", { class: "hint" }, `cells: each rank's mean time per ${data.per} (${heat.mode === "all" ? "every rank" : "fastest and slowest rank only"}); red: slower than the median rank, ▲: straggler (more than 10 % above it)`, root);
+  if (heat.stragglers.length) {
+    const list = html("p", { class: "stragglers", id: "straggler-list" }, null, root);
+    list.textContent = "stragglers: " + heat.stragglers.slice(0, 8).map((s) => `rank ${s.r} in ${s.p} (+${s.pct.toFixed(0)} %)`).join(", ");
+  }
+  if (reported.length) {
+    const list = html("p", { class: "stragglers", id: "reported-stragglers" }, null, root);
+    list.textContent = "named by the run: " + reported.slice(0, 8).map((s) =>
+      `rank ${s.r}${s.host ? " on " + s.host : ""} (${s.regions.join(", ")}; ${s.intervals} intervals)`).join(", ");
+  }
+}
+
+// -- diff ----------------------------------------------------------------------------------
+
+function drawDiff(data) {
+  const diff = data.diff;
+  if (!diff) return;
+  document.getElementById("diff-section").hidden = false;
+  const root = document.getElementById("diff");
+  html("p", {}, `A (base): ${diff.a} · B: ${diff.b}. A region is called slower or faster when the whole 95 % interval of the change of its median over the reports lies beyond ${diff.threshold} % and it moved by at least ${fmt(diff.floor_ms)} per ${diff.per}; else it is noise.`, root);
+  const table = html("table", { class: "data", id: "diff-table" }, null, root);
+  const head = html("tr", {}, null, html("thead", {}, null, table));
+  for (const title of ["region", `A per ${diff.per}`, `B per ${diff.per}`, "delta", "median change [95% CI]", "", "verdict"]) html("th", {}, title, head);
+  const body = html("tbody", {}, null, table);
+  const span = Math.max(50, ...diff.rows.filter((r) => r.hi !== null).map((r) => Math.min(Math.max(Math.abs(r.lo), Math.abs(r.hi)), 1000)));
+  for (const row of diff.rows) {
+    const tr = html("tr", { class: row.v || "noise", "data-path": row.p }, null, body);
+    html("td", {}, row.p, tr);
+    html("td", {}, fmt(row.a), tr);
+    html("td", {}, fmt(row.b), tr);
+    html("td", {}, row.a === null ? "new" : row.b === null ? "removed" : (row.b - row.a >= 0 ? "+" : "") + fmt(row.b - row.a), tr);
+    html("td", {}, row.est === null ? "–" : `${signed(row.est, 1)} % [${signed(row.lo, 1)}, ${signed(row.hi, 1)}]`, tr);
+    const bar = html("td", {}, null, tr);
+    if (row.lo !== null) {
+      const svg = el("svg", { viewBox: "0 0 160 14", width: 160, height: 14 }, bar);
+      const sx = (p) => 80 + 78 * Math.max(Math.min(p / span, 1), -1);
+      el("line", { x1: 80, x2: 80, y1: 0, y2: 14, class: "axis" }, svg);
+      el("rect", { x: Math.min(sx(row.lo), sx(row.hi)), y: 4, width: Math.max(Math.abs(sx(row.hi) - sx(row.lo)), 1.5), height: 6,
+        fill: row.v === "slower" ? "#e15759" : row.v === "faster" ? "#59a14f" : "#aab2c0" }, svg);
+      el("circle", { cx: sx(row.est), cy: 7, r: 2.5, fill: "#1d2330" }, svg);
+    }
+    html("td", { class: "verdict" }, row.v || (row.lo === null ? "" : "noise"), tr);
+  }
+}
+
+// -- the page ------------------------------------------------------------------------------
+
+function main(data) {
+  window.instrumentData = data;
+  const ivs = data.intervals;
+  const summary = document.getElementById("summary");
+  summary.textContent = `${data.run} · rank ${data.rank} · ${ivs.length} intervals · ${data.paths.length} regions · times per ${data.per}`;
+  document.getElementById("tree-hint").textContent = `Width is time per ${data.per}; click a bar to zoom into it, the bar above to zoom out. Hover for its statistics.`;
+  const select = document.getElementById("interval");
+  ivs.forEach((iv, i) => {
+    const option = html("option", { value: i }, `#${iv.i} · ${data.per === "step" ? "step " + iv.s : "report"}${iv.n ? ` (${iv.n} steps)` : ""}`, select);
+    option.value = String(i);
+  });
+  let chosen = ivs.length - 1;
+  while (chosen > 0 && data.per === "step" && !ivs[chosen].n) chosen--;
+  const state = { interval: chosen, focus: "" };
+  select.value = String(chosen);
+  select.addEventListener("change", () => { state.interval = Number(select.value); drawIcicle(data, state); });
+  document.getElementById("unzoom").addEventListener("click", () => {
+    const { byPath } = buildTree(data, ivs[state.interval]);
+    const node = byPath.get(state.focus);
+    state.focus = node && node.parent ? node.parent.path : "";
+    drawIcicle(data, state);
+  });
+  const pick = (i) => { state.interval = i; select.value = String(i); drawIcicle(data, state); };
+  drawIcicle(data, state);
+  drawTimeline(data, state, pick);
+  drawHeat(data);
+  drawDiff(data);
+  document.body.dataset.ready = "1";
+}
+
+unpack().then(main).catch((error) => {
+  const summary = document.getElementById("summary");
+  summary.textContent = "could not read the report data: " + error;
+  summary.className = "error";
+  console.error(error);
+});
