@@ -126,3 +126,28 @@ def test_regions_in_a_forked_child_use_the_host_clock() -> None:
         said = f.read()
     os.waitpid(pid, 0)
     assert said == "('child', 'child/explicit') cpu"
+
+
+def test_closure_step_on_the_cuda_clock_times_the_update_alone() -> None:
+    """Device time of ``optimizer`` under ``step(closure)`` leaves out the closure's work."""
+    model, opt, tokens = setup()
+    sink = InMemory()
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        logits = model(tokens)
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+        loss.backward()
+        return loss
+
+    with instrument.auto(model, opt, every=4, sinks=[sink], clock="cuda", collectives=False):
+        for _ in range(4):
+            opt.step(closure)
+    report = sink.reports[0]
+    assert not any(p.startswith("optimizer/") for p in report.paths())
+    optimizer = report["optimizer"]
+    assert optimizer.device is not None
+    assert optimizer.device.count == 4
+    assert optimizer.count == report["forward"].count == report["backward"].count == 4
+    # the update alone is far shorter than forward + backward, on both clocks
+    assert optimizer.device.total < report["backward"].device.total  # type: ignore[union-attr]

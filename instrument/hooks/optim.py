@@ -5,6 +5,16 @@ the *ticking* optimizer (the last one given) then ends the iteration — so with
 accumulation an iteration is one optimizer step. ``GradScaler.step(optimizer)`` is timed
 whole (unscaling and the inf check included) and ends the iteration even when the scaler
 skips the step because of infs or NaNs; the skipped steps are counted.
+
+``optimizer.step(closure)`` (LBFGS, Lightning, any user code) runs forward and backward
+*inside* the step. The pre hook hands the optimizer a wrapped closure: while it runs, the
+``optimizer`` frame is taken off the region stack, so the closure's ``forward``,
+``backward`` and ``zero_grad`` are recorded at the paths they have in a plain loop; when
+it returns, the frame goes back with its start moved later by the closure's duration, so
+the one ``optimizer`` record per step is the update alone. On the "cuda" clock the frame's
+start event is re-recorded after each closure call (so the device time is the update after
+the last closure call: all of it for torch's optimizers, which call the closure first); on
+"sync" the device is synchronized at both ends of the closure.
 """
 
 from __future__ import annotations
@@ -16,8 +26,9 @@ from typing import Any
 import torch
 import wrapt
 
+from instrument import clocks, observe
 from instrument.hooks import patches
-from instrument.region import _get, abandon, decorate, region_for
+from instrument.region import Frame, _close, _get, _set, abandon, decorate, region_for
 
 compiling = torch.compiler.is_compiling
 
@@ -80,12 +91,45 @@ class OptimizerHooks:
         if optimizers:
             self._undo.append(patches.patch(torch.amp.GradScaler, "step", _make_scaler_step))
 
-    def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if self._scaled or compiling():
-            return
+            return None
         if _get()[3] is self._region:  # a step that raised never ran its post hook
             abandon(self._region)
         self._region.__enter__()
+        # args are step()'s own: (optimizer, closure?, ...)
+        if len(args) > 1 and callable(args[1]):
+            return (args[0], self._time_closure(args[1]), *args[2:]), kwargs
+        closure = kwargs.get("closure")
+        if callable(closure):
+            return args, {**kwargs, "closure": self._time_closure(closure)}
+        return None
+
+    def _time_closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
+        """``closure``, run with the ``optimizer`` frame set aside (see the module doc)."""
+        region = self._region
+
+        def timed_closure(*args: Any, **kwargs: Any) -> Any:
+            frame = _get()
+            if frame[3] is not region:  # optimizer not timed (disabled), or called elsewhere
+                return closure(*args, **kwargs)
+            sync = region.mode == "sync"
+            if sync:
+                clocks.synchronize()
+            _set(frame[2])
+            now = region._now
+            t0 = now()
+            try:
+                result = closure(*args, **kwargs)
+            except BaseException:
+                # the step ends here: record the update's time so far, leave the stack clean
+                _set(_resumed(frame, now() - t0, sync))
+                _close(_get())
+                raise
+            _set(_resumed(frame, now() - t0, sync))
+            return result
+
+        return timed_closure
 
     def _post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._scaled:
@@ -120,6 +164,21 @@ class OptimizerHooks:
         undo, self._undo = self._undo, []
         for step in reversed(undo):
             step()
+
+
+def _resumed(frame: Frame, spent: int, sync: bool) -> Frame:
+    """``frame`` back on top of its parent, its start moved later by ``spent`` ns."""
+    if sync:
+        clocks.synchronize()
+    node, t0, parent, owner, event = frame
+    if event is not None:  # the device pair restarts after the closure
+        clocks.events.release(torch.cuda.current_device(), [event])
+        event = clocks.record_event()
+    if observe._open:
+        opened = observe._open.pop((node, t0), None)
+        if opened is not None:
+            observe._open[(node, t0 + spent)] = opened
+    return (node, t0 + spent, parent, owner, event)
 
 
 def _forget(opt: torch.optim.Optimizer) -> Callable[[], None]:
