@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
-from instrument import clocks, observe
+from instrument import clocks, registry
 from instrument.auto import AutoHandle, auto
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
+from instrument.hooks.optim import _resumed
 from instrument.region import (
-    Frame,
     Region,
     Timer,
     _get,
@@ -83,19 +83,6 @@ def _first_dim(batch: Any, depth: int) -> int | None:
         if found is not None:
             return found
     return None
-
-
-def _resumed(frame: Frame, spent: int) -> Frame:
-    """``frame`` back on top of its parent, its start moved later by ``spent`` ns."""
-    node, t0, parent, owner, event = frame
-    if event is not None:  # the device pair restarts after the work set aside
-        clocks.events.release(torch.cuda.current_device(), [event])
-        event = clocks.record_event()
-    if observe._open:
-        opened = observe._open.pop((node, t0), None)
-        if opened is not None:
-            observe._open[(node, t0 + spent)] = opened
-    return (node, t0 + spent, parent, owner, event)
 
 
 def _set_attr(obj: Any, name: str, value: Any) -> Callable[[], None]:
@@ -150,7 +137,9 @@ class Session:
                 "configure the reporter the integration makes), not both"
             )
         if reporter is not None and not isinstance(reporter, Reporter):
-            raise TypeError(f"reporter must be an instrument.Reporter, got {type(reporter).__name__}")
+            raise TypeError(
+                f"reporter must be an instrument.Reporter, got {type(reporter).__name__}"
+            )
         self._every = _check_every(every)
         self._normalizer = _check_normalizer(normalizer)
         self._flops = _check_flops(flops_per_step)
@@ -161,7 +150,9 @@ class Session:
         module_hooks.check_patterns(include, "include")
         module_hooks.check_patterns(exclude, "exclude")
         if not (backward is True or backward is False or backward == "modules"):
-            raise ValueError(f"unknown backward {backward!r}; expected one of True, False, 'modules'")
+            raise ValueError(
+                f"unknown backward {backward!r}; expected one of True, False, 'modules'"
+            )
         clocks.check_clock(clock)
         if count_batch == "auto":
             count_batch = batch_counts
@@ -170,7 +161,7 @@ class Session:
                 "count_batch must be 'auto', None, or a function of the batch returning "
                 f"(samples, tokens), got {count_batch!r}"
             )
-        self._counter: BatchCounter | None = count_batch  # type: ignore[assignment]
+        self._counter: BatchCounter | None = count_batch
         self._auto = {
             "depth": depth,
             "include": include,
@@ -220,7 +211,7 @@ class Session:
         self._undo = [_set_attr(reporter, "step", self._holding(reporter.step))]
         try:
             optimizers = list(trainer.optimizers)
-            self._handle = auto(pl_module, optimizers, reporter=reporter, **self._auto)  # type: ignore[arg-type]
+            self._handle = auto(pl_module, optimizers, reporter=reporter, **self._auto)
             self._install(trainer, pl_module)
         except BaseException:
             self.stop()
@@ -261,23 +252,24 @@ class Session:
             handle.remove()
         reporter = self._reporter
         if reporter is not None and self._given is None and not reporter.closed:
-            reporter.close(flush=reporter.steps > 0)
+            flush = reporter.steps > 0
+            reporter.close(flush=flush)
+            if not flush:  # what followed the last optimizer step is no step: leave nothing
+                registry.collect()
 
     # -- what is installed ----------------------------------------------------------------
 
-    def _install(self, trainer: Any, pl_module: torch.nn.Module) -> None:
+    def _install(self, trainer: Any, pl_module: Any) -> None:
         undo = self._undo
         undo.append(_set_attr(pl_module, "training_step", self._training_step(pl_module)))
         outside = self._outside
-        undo.append(
-            _set_attr(pl_module, "manual_backward", outside(pl_module.manual_backward))  # type: ignore[arg-type]
-        )
+        undo.append(_set_attr(pl_module, "manual_backward", outside(pl_module.manual_backward)))
         scheduler = region_for("lr_scheduler", self._clock)
         undo.append(
             _set_attr(
                 pl_module,
                 "lr_scheduler_step",
-                _timed(pl_module.lr_scheduler_step, scheduler),  # type: ignore[arg-type]
+                _timed(pl_module.lr_scheduler_step, scheduler),
             )
         )
         precision = getattr(trainer, "precision_plugin", None)
@@ -311,7 +303,7 @@ class Session:
             return
         self._undo_data = data_hooks.time_in_place(fetcher, clock=self._clock)
 
-    def _training_step(self, pl_module: torch.nn.Module) -> Callable[..., Any]:
+    def _training_step(self, pl_module: Any) -> Callable[..., Any]:
         call = pl_module.training_step
         region = self._step_region
         session = self
@@ -380,13 +372,16 @@ class Session:
             frame = _get()
             if frame[3] is not region:
                 return call(*args, **kwargs)
+            sync = region.mode == "sync"
+            if sync:
+                clocks.synchronize()
             _set(frame[2])
             now = region._now
             t0 = now()
             try:
                 return call(*args, **kwargs)
             finally:
-                _set(_resumed(frame, now() - t0))
+                _set(_resumed(frame, now() - t0, sync))
 
         return outside
 

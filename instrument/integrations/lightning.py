@@ -19,7 +19,12 @@ from typing import Any
 from lightning.pytorch import Callback
 from lightning.pytorch.profilers import Profiler
 
-from instrument.integrations._lightning import BatchCounter, CallbackHooks, ProfilerHooks, batch_counts
+from instrument.integrations._lightning import (
+    BatchCounter,
+    CallbackHooks,
+    ProfilerHooks,
+    batch_counts,
+)
 
 __all__ = ["BatchCounter", "InstrumentCallback", "InstrumentProfiler", "batch_counts"]
 

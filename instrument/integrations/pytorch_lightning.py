@@ -13,7 +13,12 @@ from typing import Any
 from pytorch_lightning import Callback
 from pytorch_lightning.profilers import Profiler
 
-from instrument.integrations._lightning import BatchCounter, CallbackHooks, ProfilerHooks, batch_counts
+from instrument.integrations._lightning import (
+    BatchCounter,
+    CallbackHooks,
+    ProfilerHooks,
+    batch_counts,
+)
 
 __all__ = ["BatchCounter", "InstrumentCallback", "InstrumentProfiler", "batch_counts"]
 
