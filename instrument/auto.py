@@ -11,12 +11,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from instrument import clocks, config, throughput
+from instrument import clocks, config, registry, throughput
 from instrument.hooks import backward as backward_hooks
+from instrument.hooks import checkpoint as checkpoint_hooks
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
 from instrument.hooks import optim as optim_hooks
-from instrument.region import check_level
+from instrument.hooks import training as training_hooks
+from instrument.region import check_level, warn_once
 from instrument.reporter import Reporter
 from instrument.sinks.console import Console
 
@@ -53,6 +55,39 @@ class FlopMeter:
     def cancel(self) -> None:
         """Stop counting (``remove()`` before the second step ended)."""
         self._stop()
+
+
+class ForwardCheck:
+    """Ticks through to ``tick``; at the second tick, if the model's ``forward`` region has
+    recorded nothing yet, warns once: the model runs where instrument cannot see it (inside
+    a function compiled by ``torch.compile``, or another module than the one passed)."""
+
+    def __init__(self, tick: Callable[[], object], name: str) -> None:
+        self._tick = tick
+        self._name = name
+        self._ticks = 0
+        self._seen = False
+
+    def step(self) -> None:
+        """One optimizer step ended."""
+        if not self._seen:
+            self._ticks += 1
+            self._seen = any(
+                node.name == self._name and node.has_records() for node in registry.walk()
+            )
+            if not self._seen and self._ticks >= 2:
+                self._seen = True
+                warn_once(
+                    "auto:forward-unseen",
+                    "instrument.auto: the model's forward was not timed in the first "
+                    "optimizer steps, so it is in '(other)'. The model is probably called "
+                    "inside a function compiled with torch.compile (torch.compile(train_step)"
+                    "), which instrument cannot see into: compile the model itself instead "
+                    "(torch.compile(model) or model.compile(), before or after auto), or pass "
+                    "auto() the module the loop really calls",
+                    stacklevel=5,
+                )
+        self._tick()
 
 
 def installed_handles() -> tuple[AutoHandle, ...]:
@@ -103,10 +138,15 @@ class AutoHandle:
         model = self._model()
         if model is not None and _installed.get(model) is self:
             del _installed[model]
+        self.reporter.ticked_by_optimizer = False
         if self._owns_reporter:
-            # what follows the last optimizer step (its zero_grad) is not an iteration
+            # what follows the last optimizer step (its zero_grad) is not an iteration:
+            # without a step to report it is dropped, so nothing is left in the registry
             hooks = self._optimizer_hooks
-            self.reporter.close(flush=hooks is None or self.reporter.steps > 0)
+            flush = hooks is None or self.reporter.steps > 0
+            self.reporter.close(flush=flush)
+            if not flush:
+                registry.collect()
 
     def __enter__(self) -> AutoHandle:
         return self
@@ -137,22 +177,31 @@ def auto(
     backward: bool | str = True,
     collectives: bool = True,
     dataloader: Iterable[Any] | None = None,
+    lr_scheduler: object = None,
+    count_batch: Callable[[Any], tuple[int | None, int | None]] | None = None,
     clock: object = "auto",
     sinks: Iterable[Any] | None = None,
     reporter: Reporter | None = None,
     normalizer: float | str = "steps",
     flops_per_step: float | str | None = None,
+    peak_flops: float | None = None,
     ranks: str = "local",
 ) -> AutoHandle:
     """Time every module, backward, the optimizer step, data loading and collectives.
 
     Every ``every`` optimizer steps a tree of where the steps' time went goes to the sinks
     (the console by default): ``forward`` and its modules, ``backward``, ``optimizer``,
-    ``zero_grad``, ``data``, collectives, and ``(other)`` for what no region covered.
+    ``zero_grad`` (the optimizer's and ``model.zero_grad()``), ``clip_grad_norm``, ``data``,
+    ``lr_scheduler``, collectives, ``backward/recompute/...`` for activation checkpointing,
+    and ``(other)`` for what no region covered. ``optimizer.step(closure)`` is timed like a
+    plain loop: the closure's regions where a loop puts them, ``optimizer`` the update alone.
 
     Args:
-        model: The model; DDP, FSDP and ``torch.compile`` wrappers are seen through.
+        model: The model; DDP, FSDP and ``torch.compile`` wrappers are seen through, and
+            compiling it (or a block) after ``auto`` keeps its region.
         optimizer: One optimizer or a list; each step of the last one ends an iteration.
+            Wrappers holding the real optimizer as ``.optimizer`` (Accelerate's
+            ``AcceleratedOptimizer``, Lightning's ``LightningOptimizer``) are seen through.
         every: Steps between reports (``None``: only ``handle.reporter.flush()``).
         depth: Module levels timed below ``forward`` (``None``: all, 0: only ``forward``).
         include: Glob patterns on dotted module names (``"encoder.*"``) or module types; only
@@ -161,7 +210,11 @@ def auto(
         backward: ``True`` times ``backward()``; ``"modules"`` also times each module's
             backward (full backward hooks; see the docs for the caveats); ``False`` neither.
         collectives: Time ``torch.distributed`` collectives and DDP's gradient all-reduce.
-        dataloader: A loader (or iterable object) to time ``next()`` on, in place.
+        dataloader: A loader (or iterable object) to time ``next()`` on, in place
+            (Accelerate's ``DataLoaderShard`` / ``DataLoaderDispatcher`` too).
+        lr_scheduler: A scheduler whose ``step()`` is timed as ``lr_scheduler``.
+        count_batch: Called with each batch ``dataloader`` yields; returns ``(samples,
+            tokens)`` (either may be None), added to the current step for throughput.
         clock: "auto" follows ``instrument.configure(clock=...)``; "cpu", "cuda", "sync".
         sinks: Sinks for the reporter ``auto`` makes (default: the console).
         reporter: Use this reporter instead of making one (then ``every``, ``sinks`` and
@@ -171,12 +224,15 @@ def auto(
             counted once, on the second optimizer step, with ``FlopCounterMode`` (that step
             runs slower; it is a warm-up step by default). A passed ``reporter`` whose
             ``flops_per_step`` is "auto" is measured the same way.
+        peak_flops: The device's peak FLOP/s for MFU (default: looked up for CUDA devices).
         ranks: The made reporter's ``ranks``: "max", "minmax" or "all" add each region's
             min, max and slowest rank across the process group (every rank reports at the
             same steps, so the collective flush lines up).
 
     Raises:
-        RuntimeError: ``auto`` is already installed on this model (remove that first).
+        RuntimeError: ``auto`` is already installed on this model, on a model it is part
+            of, or on one of its submodules (remove that first).
+        TypeError: ``model`` is not an ``nn.Module``, or is a TorchScript module.
 
     Example:
         >>> handle = instrument.auto(model, optimizer, every=10)
@@ -186,6 +242,12 @@ def auto(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"auto() needs an nn.Module, got {type(model).__name__}")
+    if isinstance(model, torch.jit.ScriptModule):
+        raise TypeError(
+            f"auto() cannot hook a TorchScript module ({type(model).__name__}): TorchScript "
+            "runs no Python hooks. Call auto() on the eager module before torch.jit.script, "
+            "or time the scripted call with `with instrument.timed('forward'):`"
+        )
     optimizers = optim_hooks.check_optimizers(optimizer)
     if depth is not None:
         check_level(depth)
@@ -198,19 +260,15 @@ def auto(
         or every != 50
         or normalizer != "steps"
         or flops_per_step is not None
+        or peak_flops is not None
         or ranks != "local"
     )
     if reporter is not None and changed:
         raise ValueError(
-            "pass either reporter= or every=/sinks=/normalizer=/flops_per_step=/ranks= (they "
-            "configure the reporter auto() makes), not both"
+            "pass either reporter= or every=/sinks=/normalizer=/flops_per_step=/peak_flops=/"
+            "ranks= (they configure the reporter auto() makes), not both"
         )
-    for module in (model, module_hooks.held_module(model)):
-        if module is not None and module in _installed:
-            raise RuntimeError(
-                f"instrument.auto is already installed on this {type(model).__name__}; "
-                "call remove() on the first handle (or leave its with-block) first"
-            )
+    _check_not_instrumented(model)
 
     owns = reporter is None
     if reporter is None:
@@ -219,6 +277,7 @@ def auto(
             sinks=[Console()] if sinks is None else sinks,
             normalizer=normalizer,
             flops_per_step=flops_per_step,
+            peak_flops=peak_flops,
             ranks=ranks,
         )
     config.refresh_auto_clock()
@@ -232,6 +291,8 @@ def auto(
             backward=backward,
             collectives=collectives,
             dataloader=dataloader,
+            lr_scheduler=lr_scheduler,
+            count_batch=count_batch,
             clock=region_clock,
         )
     except BaseException:
@@ -239,6 +300,40 @@ def auto(
         raise
     _installed[model] = handle
     return handle
+
+
+def _check_not_instrumented(model: nn.Module) -> None:
+    """``RuntimeError`` if ``auto`` already times ``model``, a model it is part of, or one
+    of its submodules (two handles would nest regions twice: ``forward/forward/...``)."""
+    for module in (model, module_hooks.held_module(model)):
+        if module is not None and module in _installed:
+            raise RuntimeError(
+                f"instrument.auto is already installed on this {type(model).__name__}; "
+                "call remove() on the first handle (or leave its with-block) first"
+            )
+    for name, module in model.named_modules():
+        found = module_hooks._timed.get(module)
+        if found is None:
+            continue
+        where = (
+            "this module is part of a model"
+            if module is model
+            else f"its submodule {name!r} is already timed by"
+        )
+        raise RuntimeError(
+            f"instrument.auto cannot time this {type(model).__name__}: {where} another "
+            "instrument.auto handle (its region is "
+            f"{found[0].name!r}); remove() that handle first, or keep the one on the whole "
+            "model (its tree already shows every submodule)"
+        )
+
+
+def _count(reporter: Reporter, count_batch: Callable[[Any], Any]) -> Callable[[Any], None]:
+    def on_batch(batch: Any) -> None:
+        samples, tokens = count_batch(batch)
+        reporter.count(samples=samples, tokens=tokens)
+
+    return on_batch
 
 
 def _install(
@@ -250,6 +345,8 @@ def _install(
     backward: bool | str,
     collectives: bool,
     dataloader: Iterable[Any] | None,
+    lr_scheduler: object,
+    count_batch: Callable[[Any], Any] | None,
     clock: object,
 ) -> None:
     undo = handle._undo
@@ -260,19 +357,30 @@ def _install(
         backward_anchor=backward_hooks.anchor,
     )
     undo.append(modules.remove)
+    modules.watch_compile()
+    undo.append(training_hooks.time_model_zero_grad(model, clock))
     if backward:
         undo.append(backward_hooks.install(clock))
+        undo.append(checkpoint_hooks.install(backward_hooks.anchor))
     if optimizers:
+        undo.append(training_hooks.time_clipping(clock))
         tick: Callable[[], object] = handle.reporter.step
         if handle.reporter.flops_per_step == "auto":
             meter = FlopMeter(handle.reporter)
             undo.append(meter.cancel)
             tick = meter.step
+        tick = ForwardCheck(tick, targets[0].name).step
         hooks = optim_hooks.OptimizerHooks(optimizers, tick, clock=clock)
         handle._optimizer_hooks = hooks
+        handle.reporter.ticked_by_optimizer = True
         undo.append(hooks.remove)
+    if lr_scheduler is not None:
+        undo.append(training_hooks.time_scheduler(lr_scheduler, clock))
     if dataloader is not None:
-        undo.append(data_hooks.time_in_place(dataloader, clock=clock))
+        on_batch = None if count_batch is None else _count(handle.reporter, count_batch)
+        undo.append(data_hooks.time_in_place(dataloader, clock=clock, on_batch=on_batch))
+    elif count_batch is not None:
+        raise ValueError("count_batch= counts the batches of dataloader=; pass the loader too")
     if collectives:
         from instrument.hooks import collectives as collective_hooks
 

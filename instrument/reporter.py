@@ -47,7 +47,7 @@ def step(samples: int | None = None, tokens: int | None = None) -> None:
     with _live_lock:
         reporters = tuple(_live)
     for reporter in reporters:
-        reporter.step(samples=samples, tokens=tokens)
+        step_from_user(reporter, samples, tokens)
 
 
 def count(samples: int | None = None, tokens: int | None = None) -> None:
@@ -174,6 +174,9 @@ class Reporter:
         barrier_timeout: timedelta | float = timedelta(seconds=60),
     ) -> None:
         self.every = _check_every(every)
+        #: Set by ``instrument.auto``: its optimizer hook ends the steps, so
+        #: ``instrument.step()`` only adds counts (see :func:`step_from_user`).
+        self.ticked_by_optimizer = False
         self.group = group
         self.barrier = bool(barrier)
         self.barrier_group = barrier_group
@@ -274,6 +277,7 @@ class Reporter:
             from instrument import peak_flops as peaks
 
             peak = peaks.device_peak_flops(self.peak_dtype)
+        _warn_unmeasured(self, flops, peak, self._run_steps + len(step_ns))
         return throughput.compute(
             step_ns,
             self._samples,
@@ -427,6 +431,50 @@ def _flush_at_exit() -> None:
 atexit.register(_flush_at_exit)
 
 EMPTY_STATS = Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _warn_unmeasured(
+    reporter: Reporter, flops: float | None, peak: float | None, steps: int
+) -> None:
+    """Say once why a report has no TFLOP/s or no MFU, and how to get them."""
+    from instrument.region import warn_once
+
+    if reporter.flops_per_step == "auto" and steps > 2:
+        warn_once(
+            "reporter:flops-unmeasured",
+            f"instrument: flops_per_step='auto' but no FLOPs were measured in {steps} steps, "
+            "so reports have no TFLOP/s or MFU; wrap one training step in "
+            "`with reporter.measure_flops():`, use instrument.auto(model, optimizer, "
+            "flops_per_step='auto') (it counts the second optimizer step), or pass the number",
+            stacklevel=4,
+        )
+    if flops is not None and peak is None:
+        device = torch.cuda.get_device_name() if clocks.cuda_ready() else "the CPU"
+        warn_once(
+            "reporter:no-peak",
+            f"instrument: no MFU, because the peak FLOP/s of {device} (dtype "
+            f"{reporter.peak_dtype!r}) is not known; pass it as Reporter(peak_flops=...) "
+            "(or instrument.auto(..., peak_flops=...)), in FLOP/s",
+            stacklevel=4,
+        )
+
+
+def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) -> None:
+    """``instrument.step()`` on ``reporter``: a reporter whose steps ``instrument.auto``
+    ends at each optimizer step only takes the counts (warned once), never a second tick."""
+    if not reporter.ticked_by_optimizer:
+        reporter.step(samples=samples, tokens=tokens)
+        return
+    from instrument.region import warn_once
+
+    warn_once(
+        "reporter:double-step",
+        "instrument.step() while instrument.auto ends each step at the optimizer step: the "
+        "samples/tokens were added to the current step, which is not ended twice; call "
+        "instrument.count(samples=..., tokens=...) instead to say just that",
+        stacklevel=4,
+    )
+    reporter.count(samples=samples, tokens=tokens)
 
 
 def _extras(report: Report) -> dict[str, float]:

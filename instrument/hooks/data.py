@@ -3,7 +3,8 @@
 ``instrument.data(loader)`` wraps any iterable. ``auto(..., dataloader=loader)`` times the
 loader *in place*, so an unchanged ``for batch in loader:`` is timed: the loader's class is
 swapped for a subclass whose ``__iter__`` hands out a timing iterator (and swapped back by
-``remove()``); ``isinstance`` checks still see a ``DataLoader``.
+``remove()``); ``isinstance`` checks still see a ``DataLoader``. Accelerate's prepared
+loaders (``DataLoaderShard``, ``DataLoaderDispatcher``) are timed the same way.
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from instrument.region import Region, abandon, region_for
+from instrument.region import Region, abandon, region_for, warn_once
 
 T = TypeVar("T")
+#: Called with each batch handed out (after its ``data`` region closed).
+OnBatch = Callable[[Any], object]
 
 _subclasses: dict[type, type] = {}
-# loader -> its region, for the swapped classes' __iter__
-_regions: weakref.WeakKeyDictionary[Any, Region] = weakref.WeakKeyDictionary()
+# loader -> its region and batch callback, for the swapped classes' __iter__
+_regions: weakref.WeakKeyDictionary[Any, tuple[Region, OnBatch | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class TimedIterator(Iterator[T]):
@@ -54,6 +59,27 @@ class TimedIterator(Iterator[T]):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._it, name)
+
+
+class CountingTimedIterator(TimedIterator[T]):
+    """A :class:`TimedIterator` that also hands each batch to ``on_batch`` (counting)."""
+
+    __slots__ = ("_on_batch",)
+
+    def __init__(self, iterator: Iterator[T], region: Region, on_batch: OnBatch) -> None:
+        super().__init__(iterator, region)
+        self._on_batch = on_batch
+
+    def __next__(self) -> T:
+        item = super().__next__()
+        self._on_batch(item)
+        return item
+
+
+def _timed(iterator: Iterator[T], region: Region, on_batch: OnBatch | None) -> TimedIterator[T]:
+    if on_batch is None:
+        return TimedIterator(iterator, region)
+    return CountingTimedIterator(iterator, region, on_batch)
 
 
 class TimedIterable(Iterable[T]):
@@ -97,10 +123,10 @@ def _timed_subclass(cls: type) -> type:
 
     def __iter__(self: Any) -> Iterator[Any]:
         iterator = cls.__iter__(self)  # type: ignore[attr-defined]
-        region = _regions.get(self)
-        if region is None or iterator is self:
+        found = _regions.get(self)
+        if found is None or iterator is self:
             return iterator  # type: ignore[no-any-return]
-        return TimedIterator(iterator, region)
+        return _timed(iterator, *found)
 
     namespace: dict[str, Any] = {
         "__slots__": (),
@@ -110,24 +136,42 @@ def _timed_subclass(cls: type) -> type:
     if hasattr(cls, "__next__"):  # an iterator itself: time its __next__ too
 
         def __next__(self: Any) -> Any:
-            region = _regions.get(self)
-            if region is None:
+            found = _regions.get(self)
+            if found is None:
                 return cls.__next__(self)
-            with region:
-                return cls.__next__(self)
+            with found[0]:
+                item = cls.__next__(self)
+            if found[1] is not None:
+                found[1](item)
+            return item
 
         namespace["__next__"] = __next__
     found = _subclasses[cls] = type(cls.__name__, (cls,), namespace)
     return found
 
 
+_class_slot = object.__dict__["__class__"]
+
+
+def _set_class(obj: object, cls: type) -> None:
+    """``obj.__class__ = cls``, also for classes that hide ``__class__`` behind a property
+    (Accelerate's ``DataLoaderShard`` reports the class of the loader it wraps)."""
+    _class_slot.__set__(obj, cls)
+
+
 def time_in_place(
-    loader: object, name: str = "data", *, clock: object = None
+    loader: object,
+    name: str = "data",
+    *,
+    clock: object = None,
+    on_batch: OnBatch | None = None,
 ) -> Callable[[], None]:
     """Time ``for batch in loader`` without changing the loop; returns the undo.
+    ``on_batch`` is called with every batch handed out (to count samples and tokens).
 
     Raises ``TypeError`` for objects whose class cannot be swapped (builtins, generators):
-    wrap those with ``instrument.data(...)`` instead.
+    wrap those with ``instrument.data(...)`` instead. Warns once when the loader is already
+    being iterated (an iterator made before cannot be timed).
     """
     cls = type(loader)
     if cls in _subclasses.values():
@@ -135,19 +179,31 @@ def time_in_place(
     if not hasattr(cls, "__iter__"):
         raise TypeError(f"dataloader must be iterable, got {cls.__name__}")
     try:
-        loader.__class__ = _timed_subclass(cls)
-        _regions[loader] = region_for(name, clock)
+        _set_class(loader, _timed_subclass(cls))
+        _regions[loader] = (region_for(name, clock), on_batch)
     except TypeError:
         if type(loader) is not cls:
-            loader.__class__ = cls
+            _set_class(loader, cls)
         raise TypeError(
             f"cannot time a {cls.__name__} in place; iterate over instrument.data(it) "
             "instead (for batch in instrument.data(it): ...)"
         ) from None
 
+    if getattr(loader, "_iterator", None) is not None and not getattr(
+        loader, "persistent_workers", False
+    ):
+        warn_once(
+            f"data:iterated:{cls.__name__}",
+            f"instrument: this {cls.__name__} is already being iterated (it holds an "
+            "iterator made before auto()); the batches of that iterator are not timed, so "
+            "'data' starts with the next pass over the loader. Pass the loader before the "
+            "loop starts, or loop over instrument.data(iterator) to time the running one",
+            stacklevel=4,
+        )
+
     def undo() -> None:
         _regions.pop(loader, None)
         if type(loader) is _subclasses.get(cls):
-            loader.__class__ = cls
+            _set_class(loader, cls)
 
     return undo

@@ -13,7 +13,10 @@ would cost PyTorch's hook machinery on every call (measured in docs/performance.
 exception inside ``forward`` still closes the region. Per-module backward uses PyTorch's
 full backward hooks. Every wrapper and hook first asks ``torch.compiler.is_compiling()``:
 inside a graph being compiled it does nothing, which keeps Dynamo free of graph breaks. A
-compiled module is timed from outside as one region.
+compiled module is timed from outside as one region — also when it is compiled *after*
+``auto``: ``torch.compile(module)`` (``OptimizedModule.__call__`` is patched while hooks
+are installed) and ``module.compile()`` (``nn.Module.compile`` likewise) keep the
+module's region, timing the compiled call.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import types
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +33,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from instrument.hooks import patches
 from instrument.region import ROOT_FRAME, Frame, Region, _get, _set, region_for
 from instrument.registry import ROOT, PathNode
 
@@ -43,6 +48,12 @@ _HOLDERS: tuple[tuple[str, tuple[type, ...] | None], ...] = (
 )
 
 compiling = torch.compiler.is_compiling
+
+# every module timed by live hooks -> (its region, the hooks), so that compiling it later
+# (torch.compile(module), module.compile()) keeps its region
+_timed: weakref.WeakKeyDictionary[nn.Module, tuple[Region, ModuleHooks]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass(frozen=True)
@@ -135,8 +146,8 @@ def plan(
         if inner is not None:
             seen.add(id(inner))
         for attr, child in children:
-            if child is None or id(child) in seen:
-                continue
+            if child is None or id(child) in seen or isinstance(child, torch.jit.ScriptModule):
+                continue  # a TorchScript child runs no Python hooks: part of its parent
             seen.add(id(child))
             child_qual = f"{qual}.{attr}" if qual else attr
             child_rel = f"{rel}.{attr}" if rel else attr
@@ -178,6 +189,8 @@ class ModuleHooks:
                 self._time_compiled_in_place(target.module, region)
                 continue
             self._time_forward(target.module, region)
+            if not target.compiled:
+                _timed[target.module] = (region, self)
             if backward_modules and target.qualname and not target.compiled:
                 self._time_backward(target.module, region)
 
@@ -256,5 +269,44 @@ class ModuleHooks:
         for handle in handles:
             handle.remove()
         restore, self._restore = self._restore, []
-        for undo in restore:
+        for undo in reversed(restore):
             undo()
+        for module in [m for m, (_, hooks) in list(_timed.items()) if hooks is self]:
+            _timed.pop(module, None)
+
+    def watch_compile(self) -> None:
+        """Keep timing modules compiled after this point (see the module doc)."""
+        from torch._dynamo.eval_frame import OptimizedModule
+
+        self._restore.append(patches.patch(OptimizedModule, "__call__", _optimized_call))
+        self._restore.append(patches.patch(nn.Module, "compile", _compile_in_place))
+
+
+def _optimized_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``OptimizedModule.__call__`` that times the compiled call as the wrapped module's
+    region when that module is timed (``torch.compile`` after ``auto``)."""
+
+    @functools.wraps(original)
+    def __call__(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        inner = self._modules.get("_orig_mod")
+        found = None if inner is None or compiling() else _timed.get(inner)
+        if found is None or _get()[3] is found[0]:
+            return original(self, *args, **kwargs)
+        with found[0]:
+            return original(self, *args, **kwargs)
+
+    return __call__
+
+
+def _compile_in_place(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``nn.Module.compile`` that keeps timing a timed module's compiled call."""
+
+    @functools.wraps(original)
+    def compile(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        found = _timed.get(self)
+        if found is not None:
+            found[1]._time_compiled_in_place(self, found[0])
+        return result
+
+    return compile

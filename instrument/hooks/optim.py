@@ -38,23 +38,53 @@ _tracked: weakref.WeakKeyDictionary[torch.optim.Optimizer, OptimizerHooks] = (
 )
 
 
+def inner_optimizer(optimizer: object) -> torch.optim.Optimizer | None:
+    """The ``torch.optim.Optimizer`` that ``optimizer`` is or delegates to, or None.
+
+    Wrappers such as Accelerate's ``AcceleratedOptimizer`` or Lightning's
+    ``LightningOptimizer`` hold the real optimizer as ``.optimizer`` / ``._optimizer`` and
+    may pass ``isinstance(..., Optimizer)`` without ever running ``Optimizer.__init__`` (so
+    they have no step hooks): they are followed down to the optimizer that steps.
+    """
+    seen: set[int] = set()
+    current = optimizer
+    while id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, torch.optim.Optimizer) and "_optimizer_step_pre_hooks" in vars(
+            current
+        ):
+            return current
+        for attr in ("optimizer", "_optimizer"):
+            inner = getattr(current, attr, None)
+            if isinstance(inner, torch.optim.Optimizer):
+                current = inner
+                break
+        else:
+            return None
+    return None
+
+
 def check_optimizers(optimizer: object) -> list[torch.optim.Optimizer]:
-    """``None``, one optimizer or a sequence of them → a list; ``TypeError`` otherwise."""
+    """``None``, one optimizer or a sequence of them → a list of the real optimizers
+    (wrappers followed with :func:`inner_optimizer`); ``TypeError`` otherwise."""
     if optimizer is None:
         return []
-    items = [optimizer] if isinstance(optimizer, torch.optim.Optimizer) else optimizer
+    single = isinstance(optimizer, torch.optim.Optimizer) or inner_optimizer(optimizer)
+    items = [optimizer] if single else optimizer
     try:
         out = list(items)  # type: ignore[call-overload]
     except TypeError:
         out = [optimizer]
     checked: list[torch.optim.Optimizer] = []
     for item in out:
-        if not isinstance(item, torch.optim.Optimizer):
+        inner = inner_optimizer(item)
+        if inner is None:
             raise TypeError(
-                "optimizer must be a torch.optim.Optimizer or a list of them, "
+                "optimizer must be a torch.optim.Optimizer (or a wrapper holding one as "
+                f".optimizer, like Accelerate's AcceleratedOptimizer) or a list of them, "
                 f"got {type(item).__name__}"
             )
-        checked.append(item)
+        checked.append(inner)
     return checked
 
 

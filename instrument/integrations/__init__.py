@@ -1,2 +1,6 @@
-"""Adapters that put :func:`instrument.auto` inside third-party trainers, one module per
-trainer, each imported only when used (``instrument.integrations.lightning``, ...)."""
+"""Adapters that put ``instrument.auto`` into third-party trainers, one module each.
+
+Each is imported only when used (``import instrument.integrations.transformers``), so
+``import instrument`` never imports transformers, lightning or accelerate. Accelerate
+needs no adapter: ``auto`` takes what ``accelerator.prepare(...)`` returns.
+"""

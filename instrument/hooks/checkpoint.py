@@ -1,0 +1,104 @@
+"""Activation checkpointing: the forward that backward recomputes is recorded as
+``backward/recompute/<full path of the checkpointed module>/...`` (for example
+``backward/recompute/transformer/h.0/attn``), never as the blocks' own backward and never
+merged across blocks.
+
+``torch.utils.checkpoint`` hands the checkpointed function to ``CheckpointFunction``
+(reentrant) or ``_checkpoint_without_reentrant_generator`` (non-reentrant); both are
+patched while installed to wrap that function, noting the regions open below ``forward``
+at that moment (the forward pass). Calls outside backward run as is; a call during
+backward (the recompute) opens ``recompute`` — on autograd's own threads under the
+``backward`` region — and then the noted regions, so the recomputed modules get the same
+path under ``backward/recompute`` as under ``forward``, whether the checkpointed function
+is the module, its bound ``forward`` or ``partial(forward, module)`` (what HF transformers'
+``GradientCheckpointingLayer`` passes, from inside the block's own region).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils.checkpoint as torch_checkpoint
+
+from instrument.hooks import patches
+from instrument.region import ROOT_FRAME, Frame, Region, _get, _set, region_for
+from instrument.registry import ROOT, PathNode
+
+compiling = torch.compiler.is_compiling
+_in_backward = torch._C._current_graph_task_id
+
+
+def _open_regions() -> list[Region]:
+    """The regions open in this context below the model's ``forward`` (outermost first)."""
+    out: list[Region] = []
+    frame: Frame | None = _get()
+    while frame is not None and frame[0] is not ROOT:
+        owner = frame[3]
+        if getattr(owner, "name", None) == "forward" or not isinstance(owner, Region):
+            break
+        out.append(owner)
+        frame = frame[2]
+    out.reverse()
+    return out
+
+
+def attributed(fn: Callable[..., Any], anchor: Callable[[], PathNode]) -> Callable[..., Any]:
+    """``fn``, whose calls during backward are timed as ``recompute/...`` below the regions
+    open now (in the forward pass, where torch's checkpoint receives ``fn``)."""
+    recompute = region_for("recompute")
+    chain = _open_regions()
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if compiling() or _in_backward() == -1:
+            return fn(*args, **kwargs)
+        anchored = _get()[0] is ROOT  # an autograd thread: attach to the backward region
+        if anchored:
+            frame: Frame = (anchor(), 0, ROOT_FRAME, anchor, None)
+            _set(frame)
+        opened: list[Region] = []
+        try:
+            for region in (recompute, *chain):
+                region.__enter__()
+                opened.append(region)
+            return fn(*args, **kwargs)
+        finally:
+            for region in reversed(opened):
+                region.__exit__(None, None, None)
+            if anchored and _get()[3] is anchor:
+                _set(_get()[2])
+
+    return run
+
+
+def install(anchor: Callable[[], PathNode]) -> Callable[[], None]:
+    """Patch torch's checkpoint entry points (reference-counted); returns the undo."""
+
+    def make_generator(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def generator(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return original(attributed(fn, anchor), *args, **kwargs)
+
+        return generator
+
+    def make_forward(original: Any) -> Any:
+        forward = original.__func__
+
+        @functools.wraps(forward)
+        def checkpoint_forward(ctx: Any, run_function: Any, *args: Any) -> Any:
+            return forward(ctx, attributed(run_function, anchor), *args)
+
+        return staticmethod(checkpoint_forward)
+
+    undo_generator = patches.patch(
+        torch_checkpoint, "_checkpoint_without_reentrant_generator", make_generator
+    )
+    undo_forward = patches.patch(torch_checkpoint.CheckpointFunction, "forward", make_forward)
+
+    def undo() -> None:
+        undo_forward()
+        undo_generator()
+
+    return undo

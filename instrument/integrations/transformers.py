@@ -1,0 +1,197 @@
+"""HF transformers: ``Trainer(..., callbacks=[InstrumentCallback()])``.
+
+The callback calls :func:`instrument.auto` when training begins, on the objects the
+Trainer really uses: the model (a ``torch.compile`` wrapper, ``torch_compile=True``, keeps
+it timed as ``forward``), the optimizer behind Accelerate's ``AcceleratedOptimizer``, the
+prepared train loader (``data``, and samples/tokens counted from its batches), and the LR
+scheduler. ``model.zero_grad()``, gradient clipping, activation-checkpoint recomputation
+and collectives get their own lines. One report interval is ``every`` optimizer steps
+(gradient accumulation counted once per optimizer step), and each report's figures are
+added to the Trainer's next ``logs`` (``on_log``), so its log history and every
+``report_to`` backend receive them. Training end removes everything.
+
+Example:
+    >>> from instrument.integrations.transformers import InstrumentCallback
+    >>> trainer = Trainer(model, args, train_dataset=ds, callbacks=[InstrumentCallback()])
+    >>> trainer.train()     # a timing tree every `logging_steps` optimizer steps
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import CallbackHandler
+
+from instrument.auto import AutoHandle, auto
+from instrument.report import Report
+from instrument.sinks.console import Console
+from instrument.sinks.scalars import scalars, tag_segment
+
+LOG_MODES = ("compact", "all", "none")
+
+
+def count_batch(batch: Any) -> tuple[int | None, int | None]:
+    """Samples and tokens of one HF batch: ``input_ids``' rows and elements (padding
+    included, like ``include_num_input_tokens_seen="all"``; reading shapes never waits for
+    the device). A tensor batch gives its rows; anything else counts nothing."""
+    ids = batch.get("input_ids") if isinstance(batch, Mapping) else batch
+    if isinstance(ids, torch.Tensor) and ids.dim() > 0:
+        return int(ids.shape[0]), int(ids.numel()) if ids.dim() > 1 else None
+    return None, None
+
+
+def figures(report: Report, mode: str = "compact", depth: int = 1) -> dict[str, float]:
+    """The numbers of ``report`` for the Trainer's logs, keyed ``instrument/...``.
+
+    "compact": per-step milliseconds of each region down to ``depth`` levels
+    (``instrument/forward_ms``, ``instrument/optimizer_ms``), ``instrument/other_ms``,
+    ``instrument/step_ms`` and the known throughput rates. "all": every scalar the
+    TensorBoard sink writes (:func:`instrument.sinks.scalars.scalars`).
+    """
+    if mode == "all":
+        return {f"instrument/{tag}": value for tag, value in scalars(report).items()}
+    out: dict[str, float] = {}
+    for node in report.nodes:
+        parts = node.path.split("/")
+        if len(parts) <= depth and node.count:
+            out[f"instrument/{'/'.join(tag_segment(p) for p in parts)}_ms"] = node.total * 1e3
+    if report.step_time is not None:
+        out["instrument/step_ms"] = report.step_time.mean * 1e3
+        out["instrument/other_ms"] = (report.other or 0.0) * 1e3
+    rates = report.throughput
+    if rates is not None:
+        for name in ("samples_per_sec", "tokens_per_sec", "tflops", "mfu"):
+            value = getattr(rates, name)
+            if value is not None:
+                out[f"instrument/{name}"] = float(value)
+    return out
+
+
+class InstrumentCallback(TrainerCallback):
+    """Times HF ``Trainer.train()`` with :func:`instrument.auto` (see the module doc).
+
+    Args:
+        every: Optimizer steps per report; ``None``: the Trainer's ``logging_steps`` when
+            logging by steps (so each log gets a fresh report), else 50.
+        sinks: Where reports go (default: the console tree).
+        log: Add each report's figures to the Trainer's logs: "compact" (region times down
+            to ``log_depth``, step time, throughput), "all" (every scalar) or "none".
+        log_depth: Path levels logged in "compact" mode.
+        count_tokens: Count samples and tokens from the batches' ``input_ids``.
+        auto_options: Passed on to :func:`instrument.auto` (``depth``, ``include``,
+            ``exclude``, ``backward``, ``collectives``, ``clock``, ``flops_per_step``,
+            ``peak_flops``, ``ranks``, ``normalizer``).
+
+    Distributed: construct it on every rank; with ``ranks`` other than "local" each flush
+    is collective, and every rank flushes at the same optimizer steps.
+    """
+
+    def __init__(
+        self,
+        every: int | None = None,
+        *,
+        sinks: Iterable[Any] | None = None,
+        log: str = "compact",
+        log_depth: int = 1,
+        count_tokens: bool = True,
+        **auto_options: Any,
+    ) -> None:
+        if log not in LOG_MODES:
+            raise ValueError(f"unknown log {log!r}; expected one of 'compact', 'all', 'none'")
+        for name in ("model", "optimizer", "dataloader", "lr_scheduler", "reporter", "sinks"):
+            if name in auto_options:
+                raise TypeError(
+                    f"InstrumentCallback takes no {name}=: the Trainer's own is used"
+                    if name != "reporter"
+                    else "InstrumentCallback makes its reporter; pass every=/sinks= instead"
+                )
+        self.every = every
+        self.log = log
+        self.log_depth = log_depth
+        self.count_tokens = count_tokens
+        self._sinks = None if sinks is None else list(sinks)
+        self._options = auto_options
+        self.handle: AutoHandle | None = None
+        self.reports: list[Report] = []  # reports not yet logged
+        self.last: Report | None = None
+
+    def _keep(self, report: Report) -> None:
+        self.last = report
+        if self.log != "none":
+            self.reports.append(report)
+
+    def on_train_begin(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        model: torch.nn.Module | None = None,
+        optimizer: Any = None,
+        lr_scheduler: Any = None,
+        train_dataloader: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """Install ``auto`` on what this ``train()`` uses."""
+        self._remove()
+        if model is None:
+            raise ValueError("InstrumentCallback needs the Trainer's model (got None)")
+        every = self.every
+        if every is None:
+            strategy = getattr(args, "logging_strategy", "")
+            logging_by_steps = str(getattr(strategy, "value", strategy)).lower() == "steps"
+            steps = getattr(args, "logging_steps", 0)
+            every = int(steps) if logging_by_steps and steps >= 1 else 50
+        sinks = [Console()] if self._sinks is None else list(self._sinks)
+        self.handle = auto(
+            model,
+            optimizer,
+            every=every,
+            sinks=[*sinks, self._keep],
+            dataloader=train_dataloader,
+            lr_scheduler=lr_scheduler,
+            count_batch=count_batch if self.count_tokens and train_dataloader else None,
+            **self._options,
+        )
+        if self.log != "none":
+            _log_before_reporting_callbacks(self, sys._getframe(1))
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        """Add the figures of the reports made since the last log to ``logs`` (and to the
+        log-history entry the Trainer just appended for them)."""
+        if not self.reports or logs is None:
+            return
+        reports, self.reports = self.reports, []
+        added = figures(reports[-1], self.log, self.log_depth)
+        history = getattr(state, "log_history", None)
+        if history and isinstance(history[-1], dict):
+            entry = history[-1]
+            if all(entry.get(k) is v for k, v in logs.items()):
+                entry.update(added)
+        logs.update(added)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Remove every hook; the steps since the last report make one last report."""
+        self._remove()
+
+    def _remove(self) -> None:
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            handle.remove()
+        self.reports = []
+
+
+def _log_before_reporting_callbacks(callback: TrainerCallback, caller: Any) -> None:
+    """Move ``callback`` to the front of the Trainer's callbacks, so that in ``on_log`` it
+    adds its figures before the ``report_to`` callbacks (TensorBoard, wandb, ...) read the
+    logs. ``caller`` is the frame that called the event (``CallbackHandler.call_event``).
+    Moving an element to the front while that loop runs visits every later one once."""
+    handler = caller.f_locals.get("self")
+    if isinstance(handler, CallbackHandler) and callback in handler.callbacks:
+        handler.callbacks.remove(callback)
+        handler.callbacks.insert(0, callback)

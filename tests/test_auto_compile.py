@@ -1,0 +1,148 @@
+"""Compiling after auto(): the compiled call keeps its region, no graph break is added, and
+a model hidden inside a compiled function is warned about, never silently dropped."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from models import TinyLM, lm_loss
+from torch import nn
+
+import instrument
+from instrument.hooks import patches
+from instrument.sinks import InMemory
+
+VOCAB = 64
+
+
+def batch(seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(seed))
+
+
+def graphs(model: nn.Module, x: torch.Tensor) -> tuple[int, int, list[int]]:
+    """Dynamo's graphs, graph breaks and ops per graph for ``model(x)``
+    (``torch._dynamo.explain``; the raw ``counters["graph_break"]`` counts a break once per
+    Python frame it passes through, so it is not a count of graphs split)."""
+    torch._dynamo.reset()
+    found = torch._dynamo.explain(model)(x)
+    return found.graph_count, found.graph_break_count, [len(g.graph.nodes) for g in found.graphs]
+
+
+class Breaking(nn.Module):
+    """A model with one deliberate graph break (a print), to count breaks against."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        torch._dynamo.graph_break()
+        return self.b(y)
+
+
+@pytest.mark.parametrize("make", [TinyLM, Breaking], ids=["tinylm", "one-break"])
+def test_instrumenting_adds_no_graph_break(make: type[nn.Module]) -> None:
+    torch.manual_seed(0)
+    model = make()
+    x = batch() if make is TinyLM else torch.randn(2, 8)
+    plain = graphs(model, x)
+    with instrument.auto(model, sinks=[], collectives=False):
+        timed = graphs(model, x)
+    assert timed == plain
+    assert plain[1] == (0 if make is TinyLM else 1)
+
+
+def test_torch_compile_after_auto_times_the_compiled_call_as_forward() -> None:
+    torch._dynamo.reset()
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sink = InMemory()
+    with instrument.auto(model, opt, every=3, sinks=[sink], collectives=False):
+        compiled = torch.compile(model, backend="eager")
+        for i in range(3):
+            lm_loss(compiled, batch(i)).backward()
+            opt.step()
+            opt.zero_grad()
+    report = sink.reports[0]
+    assert report["forward"].count == 3
+    assert not any(p.startswith("forward/") for p in report.paths())  # inside the graph
+    assert report["forward"].total > 0
+    assert not patches.is_patched(type(compiled), "__call__")
+
+
+def test_compiled_before_auto_on_the_inner_model_is_timed_too() -> None:
+    """HF/Accelerate compile the model, then hand the callback the inner model."""
+    torch._dynamo.reset()
+    model = TinyLM()
+    compiled = torch.compile(model, backend="eager")
+    sink = InMemory()
+    with instrument.auto(model, every=None, sinks=[sink], collectives=False) as handle:
+        compiled(batch())
+        report = handle.reporter.flush()
+    assert report.paths() == ("forward",)
+
+
+def test_model_compile_in_place_after_auto_is_timed_and_restored() -> None:
+    torch._dynamo.reset()
+    model = TinyLM()
+    sink = InMemory()
+    with instrument.auto(model, every=None, sinks=[sink], collectives=False) as handle:
+        model.compile(backend="eager")
+        model(batch())
+        model(batch(1))
+        report = handle.reporter.flush()
+    assert report.paths() == ("forward",)
+    assert report["forward"].count == 2
+    assert getattr(model._compiled_call_impl, "__name__", "") != "call"  # ours is gone
+
+
+def test_block_compiled_in_place_after_auto_keeps_its_path() -> None:
+    torch._dynamo.reset()
+    model = TinyLM()
+    sink = InMemory()
+    with instrument.auto(model, every=None, sinks=[sink], collectives=False) as handle:
+        model.encoder.layers[0].compile(backend="eager")
+        model(batch())
+        report = handle.reporter.flush()
+    paths = set(report.paths())
+    assert "forward/encoder/layers.0" in paths
+    assert not any(p.startswith("forward/encoder/layers.0/") for p in paths)
+    assert "forward/encoder/layers.1/self_attn" in paths  # not compiled: still detailed
+
+
+def test_model_inside_a_compiled_function_is_warned_about() -> None:
+    torch._dynamo.reset()
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @torch.compile(backend="eager")
+    def loss_of(x: torch.Tensor) -> torch.Tensor:
+        return lm_loss(model, x)
+
+    def train() -> None:
+        for i in range(3):
+            loss_of(batch(i)).backward()
+            opt.step()
+            opt.zero_grad()
+
+    with (
+        instrument.auto(model, opt, every=None, sinks=[], collectives=False),
+        pytest.warns(RuntimeWarning, match=r"forward was not timed.*torch.compile\(model\)"),
+    ):
+        train()
+
+
+def test_no_warning_when_forward_is_timed() -> None:
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with instrument.auto(model, opt, every=None, sinks=[], collectives=False):
+            for i in range(3):
+                lm_loss(model, batch(i)).backward()
+                opt.step()
+                opt.zero_grad()

@@ -1,0 +1,250 @@
+"""HF transformers: real ``Trainer.train()`` on tiny GPT-2 and Llama models, instrumented."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+
+from instrument import registry  # noqa: E402
+from instrument.hooks import modules as module_hooks  # noqa: E402
+from instrument.hooks import optim as optim_hooks  # noqa: E402
+from instrument.hooks import patches  # noqa: E402
+from instrument.integrations.transformers import (  # noqa: E402
+    InstrumentCallback,
+    count_batch,
+    figures,
+)
+from instrument.report import Report  # noqa: E402
+from instrument.sinks import InMemory  # noqa: E402
+
+SEQ = 16
+BATCH = 4
+
+
+class TokenData(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    def __init__(self, n: int = 32) -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, 64, (n, SEQ), generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def gpt2() -> torch.nn.Module:
+    config = transformers.GPT2Config(
+        vocab_size=64, n_positions=SEQ, n_embd=16, n_layer=2, n_head=2, bos_token_id=0,
+        eos_token_id=0,
+    )  # fmt: skip
+    return transformers.GPT2LMHeadModel(config)
+
+
+def llama() -> torch.nn.Module:
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=SEQ,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config)
+
+
+def train(
+    make: Any, callback: InstrumentCallback | None, steps: int = 4, **args: Any
+) -> transformers.Trainer:
+    torch.manual_seed(0)
+    model = make()
+    options: dict[str, Any] = {
+        "output_dir": "/tmp/instrument-hf-tests",
+        "per_device_train_batch_size": BATCH,
+        "max_steps": steps,
+        "logging_steps": 2,
+        "report_to": [],
+        "save_strategy": "no",
+        "use_cpu": True,
+        "disable_tqdm": True,
+        "seed": 0,
+        "dataloader_num_workers": 0,
+    }
+    options.update(args)
+    trainer = transformers.Trainer(
+        model=model,
+        args=transformers.TrainingArguments(**options),
+        train_dataset=TokenData(),
+        callbacks=[callback] if callback is not None else [],
+    )
+    trainer.train()
+    return trainer
+
+
+def losses(trainer: transformers.Trainer) -> list[float]:
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+
+def assert_nothing_left(trainer: transformers.Trainer) -> None:
+    assert not patches._active
+    assert not module_hooks._timed
+    assert not optim_hooks._tracked
+    assert not any("forward" in vars(m) for m in trainer.model.modules())
+    assert not any(node.has_records() for node in registry.walk())
+    loader_class = type(trainer.callback_handler.train_dataloader)
+    assert loader_class.__name__ == "DataLoaderShard"
+    assert loader_class.__module__ == "accelerate.data_loader"
+
+
+def test_trainer_tree_with_gradient_accumulation_and_logged_figures() -> None:
+    sink = InMemory()
+    callback = InstrumentCallback(sinks=[sink])
+    trainer = train(gpt2, callback, gradient_accumulation_steps=2, max_grad_norm=1.0)
+
+    assert [r.steps for r in sink.reports] == [2, 2]  # every = logging_steps optimizer steps
+    report = sink.reports[1]
+    paths = set(report.paths())
+    assert {
+        "forward/transformer/h.0/attn/c_attn",
+        "forward/transformer/h.1/mlp",
+        "forward/lm_head",
+        "backward",
+        "optimizer",
+        "zero_grad",
+        "data",
+        "clip_grad_norm",
+        "lr_scheduler",
+    } <= paths
+    assert not any(p.startswith(("optimizer/", "backward/forward")) for p in paths)
+    assert report["forward"].count == report["backward"].count == 4  # 2 micro-batches a step
+    assert report["data"].count == 4
+    for one_per_step in ("optimizer", "zero_grad", "clip_grad_norm", "lr_scheduler"):
+        assert report[one_per_step].count == 2, one_per_step
+    rates = report.throughput
+    assert rates is not None
+    assert rates.samples == rates.steps * 2 * BATCH
+    assert rates.tokens == rates.samples * SEQ
+
+    logged = [e for e in trainer.state.log_history if "loss" in e]
+    assert [e["step"] for e in logged] == [2, 4]
+    for entry, rep in zip(logged, sink.reports, strict=True):
+        assert entry["instrument/forward_ms"] == pytest.approx(rep["forward"].total * 1e3)
+        assert entry["instrument/optimizer_ms"] == pytest.approx(rep["optimizer"].total * 1e3)
+        assert "instrument/step_ms" in entry
+    assert trainer.callback_handler.callbacks[0] is callback  # ahead of report_to callbacks
+    assert callback.handle is None
+    assert_nothing_left(trainer)
+
+
+def test_losses_are_bit_identical_with_and_without_the_callback() -> None:
+    plain = train(gpt2, None, steps=3, logging_steps=1)
+    timed = train(gpt2, InstrumentCallback(sinks=[]), steps=3, logging_steps=1)
+    assert losses(timed) == losses(plain)
+    for a, b in zip(plain.model.parameters(), timed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_llama_gradient_checkpointing_attributes_recompute_per_block() -> None:
+    sink = InMemory()
+    trainer = train(
+        llama,
+        InstrumentCallback(sinks=[sink], log="none"),
+        steps=2,
+        activation_checkpointing=True,
+    )
+    report = sink.reports[-1]
+    paths = set(report.paths())
+    for block in ("layers.0", "layers.1"):
+        assert f"backward/recompute/model/{block}/self_attn" in paths
+        assert f"backward/recompute/model/{block}/mlp" in paths
+        assert report[f"backward/recompute/model/{block}"].count == 2
+    assert "backward/self_attn" not in paths
+    assert "backward/mlp" not in paths
+    assert report["backward/recompute"].count == 4  # two blocks, two steps
+    assert "instrument/forward_ms" not in trainer.state.log_history[0]
+    assert_nothing_left(trainer)
+
+
+def test_gpt2_gradient_checkpointing_keeps_blocks_apart() -> None:
+    torch.manual_seed(0)
+    model = gpt2()
+    model.activation_checkpointing_enable()
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ids = TokenData()[0]["input_ids"][None]
+    import instrument
+
+    sink = InMemory()
+    with instrument.auto(model, opt, every=1, sinks=[sink], collectives=False):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+    paths = set(sink.reports[0].paths())
+    assert "backward/recompute/transformer/h.0/attn" in paths
+    assert "backward/recompute/transformer/h.1/mlp/c_fc" in paths
+    assert "backward/attn" not in paths
+
+
+@pytest.mark.slow
+def test_torch_compile_flag_keeps_forward() -> None:
+    sink = InMemory()
+    train(
+        gpt2,
+        InstrumentCallback(sinks=[sink], log="none"),
+        steps=2,
+        torch_compile=True,
+        torch_compile_backend="eager",
+    )
+    report = sink.reports[-1]
+    assert report["forward"].count == 2
+    assert report["forward"].total > 0
+    assert report["backward"].count == 2
+    assert not any(p.startswith("forward/") for p in report.paths())  # one compiled call
+    assert (report.other or 0.0) < report["forward"].total
+
+
+def test_figures_compact_and_all() -> None:
+    sink = InMemory()
+    train(gpt2, InstrumentCallback(sinks=[sink], log="none"), steps=2)
+    report: Report = sink.reports[-1]
+    compact = figures(report)
+    assert {"instrument/forward_ms", "instrument/backward_ms", "instrument/step_ms"} <= set(compact)
+    assert not any(k.startswith("instrument/forward/") for k in compact)
+    deeper = figures(report, depth=2)
+    assert "instrument/forward/transformer_ms" in deeper
+    every = figures(report, "all")
+    assert "instrument/time/forward/total_ms" in every
+
+
+def test_count_batch_reads_shapes() -> None:
+    ids = torch.zeros(3, 7, dtype=torch.long)
+    assert count_batch({"input_ids": ids}) == (3, 21)
+    assert count_batch(torch.zeros(5)) == (5, None)
+    assert count_batch({"pixel_values": torch.zeros(2, 3)}) == (None, None)
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown log 'loud'"):
+        InstrumentCallback(log="loud")
+    with pytest.raises(TypeError, match="no optimizer="):
+        InstrumentCallback(optimizer=None)
+
+
+def test_core_import_pulls_in_no_trainer_library() -> None:
+    code = (
+        "import sys, instrument, instrument.integrations; "
+        "import torch; m = torch.nn.Linear(2, 2); "
+        "h = instrument.auto(m, torch.optim.SGD(m.parameters(), lr=0.1), sinks=[]); h.remove(); "
+        "bad = [n for n in ('transformers', 'accelerate', 'lightning', 'pytorch_lightning') "
+        "if n in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    with warnings.catch_warnings():
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
