@@ -11,7 +11,8 @@
   inside ``training_step`` are recorded where they are in a plain loop (at the top), and
   ``training_step`` keeps the rest; a step that ends inside ``training_step`` is ticked
   when ``training_step`` returns, so an interval never splits one;
-- ``clip_grad`` (when Lightning clips), ``lr_scheduler`` and ``validation`` (during fit).
+- ``lr_scheduler`` (Lightning's ``lr_scheduler_step`` hook, for every scheduler) and
+  ``validation`` (during fit); ``clip_grad_norm`` comes from ``auto`` itself.
 
 Lightning itself is never imported here: ``lightning.py`` and ``pytorch_lightning.py`` bind
 these pieces to the two package names.
@@ -272,9 +273,6 @@ class Session:
                 _timed(pl_module.lr_scheduler_step, scheduler),
             )
         )
-        precision = getattr(trainer, "precision_plugin", None)
-        if precision is not None:
-            undo.append(_set_attr(precision, "clip_gradients", self._clip(precision)))
         strategy = getattr(trainer, "strategy", None)
         for wrapper in getattr(strategy, "_lightning_optimizers", ()):
             inner = getattr(wrapper, "_optimizer", None)
@@ -384,22 +382,6 @@ class Session:
                 _set(_resumed(frame, now() - t0, sync))
 
         return outside
-
-    def _clip(self, precision: Any) -> Callable[..., Any]:
-        """``precision.clip_gradients(optimizer, clip_val, algorithm)`` timed as
-        ``clip_grad`` when it clips (Lightning calls it every step, clipping or not)."""
-        call = precision.clip_gradients
-        region = region_for("clip_grad", self._clock)
-
-        @functools.wraps(call)
-        def clip_gradients(*args: Any, **kwargs: Any) -> Any:
-            value = args[1] if len(args) > 1 else kwargs.get("clip_val")
-            if not value or value <= 0:
-                return call(*args, **kwargs)
-            with region:
-                return call(*args, **kwargs)
-
-        return clip_gradients
 
 
 def _timed(call: Callable[..., Any], region: Region) -> Callable[..., Any]:

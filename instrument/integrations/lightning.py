@@ -7,7 +7,7 @@ Example:
 
 Either gives the tree of a plain loop for each ``every`` optimizer steps: ``training_step``
 (with the module's ``forward`` below it), ``backward``, ``optimizer`` (the update alone),
-``zero_grad``, ``data``, ``clip_grad``, ``lr_scheduler``, ``validation``. See
+``zero_grad``, ``data``, ``clip_grad_norm``, ``lr_scheduler``, ``validation``. See
 docs/lightning.md. :mod:`instrument.integrations.pytorch_lightning` has the same two classes
 for the ``pytorch_lightning`` package.
 """
