@@ -154,6 +154,7 @@ def loader(clock: FakeClock, batches: int = 8) -> torch.utils.data.DataLoader[An
 
 def fit(
     clock: FakeClock,
+    logger: Any = False,
     *,
     callbacks: list[Any] | None = None,
     profiler: Any = None,
@@ -175,7 +176,7 @@ def fit(
         callbacks=callbacks,
         profiler=profiler,
         enable_progress_bar=False,
-        logger=False,
+        logger=logger,
         enable_checkpointing=False,
         enable_model_summary=False,
         limit_val_batches=2 if val else 0,
@@ -431,6 +432,7 @@ def test_a_failing_count_batch_warns_once_and_training_goes_on(
         ({"backward": "yes"}, ValueError, "unknown backward"),
         ({"clock": "sundial"}, ValueError, "sundial"),
         ({"count_batch": 3}, TypeError, "count_batch must be"),
+        ({"log": "some"}, ValueError, "unknown log"),
         ({"reporter": instrument.Reporter, "every": 5}, ValueError, "pass either reporter="),
     ],
 )
@@ -450,6 +452,50 @@ def test_a_given_reporter_is_used_and_left_open(clock: FakeClock, sink: InMemory
     assert len(sink.reports) == 2
     assert_step(sink.last, 2)
     reporter.close()
+
+
+class RecordingLogger(pl.loggers.Logger):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged: list[tuple[int | None, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.logged.append((step, dict(metrics)))
+
+
+@pytest.mark.parametrize("log", ["compact", "all", "none"])
+def test_reports_reach_the_trainers_loggers(clock: FakeClock, sink: InMemory, log: str) -> None:
+    recording = RecordingLogger()
+    fit(clock, callbacks=[InstrumentCallback(every=2, sinks=[sink], log=log)], logger=recording)
+    mine = [
+        (step, m) for step, m in recording.logged if any(k.startswith("instrument/") for k in m)
+    ]
+    if log == "none":
+        assert mine == []
+        return
+    assert [step for step, _ in mine] == [2, 4]  # the global step after each report's last
+    metrics = mine[0][1]
+    if log == "compact":
+        assert metrics["instrument/optimizer_ms"] == pytest.approx(UPDATE * 1e3)
+        assert metrics["instrument/training_step_ms"] == pytest.approx((FORWARD + LOSS) * 1e3)
+        assert metrics["instrument/other_ms"] == pytest.approx(0.0, abs=1e-6)
+        assert "instrument/samples_per_sec" in metrics
+        assert not any("forward" in key for key in metrics)  # log_depth=1
+    else:
+        assert metrics["instrument/time/training_step/forward/total_ms"] == pytest.approx(
+            FORWARD * 1e3
+        )
 
 
 def test_lightning_is_imported_only_by_the_integration() -> None:

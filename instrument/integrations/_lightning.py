@@ -42,6 +42,7 @@ from instrument.region import (
     timer,
     warn_once,
 )
+from instrument.report import Report
 from instrument.reporter import (
     Reporter,
     _check_every,
@@ -49,7 +50,9 @@ from instrument.reporter import (
     _check_normalizer,
     _check_ranks,
 )
+from instrument.sinks.base import Sink
 from instrument.sinks.console import Console
+from instrument.sinks.scalars import scalars, tag_segment
 
 #: ``count_batch(batch) -> (samples, tokens)``; either may be ``None`` (not known).
 BatchCounter = Callable[[Any], tuple[int | None, int | None]]
@@ -86,6 +89,56 @@ def _first_dim(batch: Any, depth: int) -> int | None:
     return None
 
 
+LOG_MODES = ("compact", "all", "none")
+
+
+def figures(report: Report, mode: str = "compact", depth: int = 1) -> dict[str, float]:
+    """The numbers of ``report`` for the Trainer's loggers, keyed ``instrument/...``.
+
+    "compact": per-step milliseconds of each region down to ``depth`` levels
+    (``instrument/training_step_ms``, ``instrument/optimizer_ms``), ``instrument/step_ms``,
+    ``instrument/other_ms`` and the known throughput rates; "all": every scalar the
+    TensorBoard sink writes (:func:`instrument.sinks.scalars.scalars`). The same keys as the
+    HF Trainer integration logs.
+    """
+    if mode == "all":
+        return {f"instrument/{tag}": value for tag, value in scalars(report).items()}
+    out: dict[str, float] = {}
+    for node in report.nodes:
+        parts = node.path.split("/")
+        if len(parts) <= depth and node.count:
+            out[f"instrument/{'/'.join(tag_segment(p) for p in parts)}_ms"] = node.total * 1e3
+    if report.step_time is not None:
+        out["instrument/step_ms"] = report.step_time.mean * 1e3
+        out["instrument/other_ms"] = (report.other or 0.0) * 1e3
+    rates = report.throughput
+    if rates is not None:
+        for name in ("samples_per_sec", "tokens_per_sec", "tflops", "mfu"):
+            value = getattr(rates, name)
+            if value is not None:
+                out[f"instrument/{name}"] = float(value)
+    return out
+
+
+class ToLoggers(Sink):
+    """Each report's :func:`figures` to the Trainer's loggers (``trainer.loggers``), at the
+    Trainer's global step. Distributed: Lightning's loggers write on rank 0 only."""
+
+    def __init__(self, trainer: Any, mode: str, depth: int) -> None:
+        self._trainer = weakref.ref(trainer)
+        self._mode = mode
+        self._depth = depth
+        self._first_step = int(getattr(trainer, "global_step", 0))
+
+    def write(self, report: Report) -> None:
+        trainer = self._trainer()
+        if trainer is None:
+            return
+        metrics = figures(report, self._mode, self._depth)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=self._first_step + report.step)
+
+
 def _set_attr(obj: Any, name: str, value: Any) -> Callable[[], None]:
     """Put ``value`` in ``obj.__dict__[name]``; the undo restores what was there."""
     had = name in obj.__dict__
@@ -107,7 +160,8 @@ class Session:
     """One ``fit()`` timed by ``auto``; see the module doc. Options are ``auto``'s (checked
     here, so a bad one fails when the Callback or Profiler is made, not mid-fit), plus
     ``count_batch``: ``"auto"`` (:func:`batch_counts`), a function of the batch returning
-    ``(samples, tokens)``, or ``None`` (count nothing)."""
+    ``(samples, tokens)``, or ``None`` (count nothing); ``log`` / ``log_depth``: what the
+    made reporter sends to the Trainer's loggers (:func:`figures`; ``"none"``: nothing)."""
 
     def __init__(
         self,
@@ -125,7 +179,14 @@ class Session:
         flops_per_step: float | str | None = None,
         ranks: str = "local",
         count_batch: BatchCounter | str | None = "auto",
+        log: str = "compact",
+        log_depth: int = 1,
     ) -> None:
+        if log not in LOG_MODES:
+            raise ValueError(f"unknown log {log!r}; expected one of 'compact', 'all', 'none'")
+        if isinstance(log_depth, bool) or not isinstance(log_depth, int) or log_depth < 1:
+            raise ValueError(f"log_depth must be an int >= 1, got {log_depth!r}")
+        self._log, self._log_depth = log, log_depth
         if reporter is not None and (
             sinks is not None
             or every != 50
@@ -201,9 +262,12 @@ class Session:
             return
         reporter = self._given
         if reporter is None:
+            sinks = [Console()] if self._sinks is None else list(self._sinks)
+            if self._log != "none" and getattr(trainer, "loggers", None):
+                sinks.append(ToLoggers(trainer, self._log, self._log_depth))
             reporter = Reporter(
                 every=self._every,
-                sinks=[Console()] if self._sinks is None else self._sinks,
+                sinks=sinks,
                 normalizer=self._normalizer,
                 flops_per_step=self._flops,
                 ranks=self._ranks,
@@ -413,6 +477,8 @@ class CallbackHooks:
         flops_per_step: float | str | None = None,
         ranks: str = "local",
         count_batch: BatchCounter | str | None = "auto",
+        log: str = "compact",
+        log_depth: int = 1,
     ) -> None:
         self.session = Session(
             every=every,
@@ -428,6 +494,8 @@ class CallbackHooks:
             flops_per_step=flops_per_step,
             ranks=ranks,
             count_batch=count_batch,
+            log=log,
+            log_depth=log_depth,
         )
 
     @property

@@ -42,6 +42,11 @@ class InstrumentCallback(CallbackHooks, Callback):
         count_batch: ``"auto"`` counts samples (the first dimension of the batch's first
             tensor) and tokens (``input_ids.numel()`` of a dict batch) from each
             ``training_step``'s batch; a function ``batch -> (samples, tokens)``; or None.
+        log: Send each report's figures to the Trainer's loggers (``trainer.loggers``, at
+            the global step): "compact" (region times down to ``log_depth`` levels, step
+            time, throughput), "all" (every scalar of the TensorBoard sink) or "none".
+            Only with the reporter the Callback makes.
+        log_depth: Path levels logged in "compact" mode.
 
     ``reporter`` is the reporter of the fit being timed (or of the last one).
 
