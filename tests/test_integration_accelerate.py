@@ -110,3 +110,17 @@ def test_any_wrapper_holding_an_optimizer_is_seen_through() -> None:
         assert handle.reporter.steps == 1
     with pytest.raises(TypeError, match=r"wrapper holding one as \.optimizer"):
         instrument.auto(model, object())  # type: ignore[arg-type]
+
+
+def test_lightning_optimizer_is_followed_to_the_real_optimizer() -> None:
+    lightning_optimizer = pytest.importorskip("lightning.pytorch.core.optimizer")
+    model, opt, _ = parts()
+    wrapped = lightning_optimizer.LightningOptimizer(opt)
+    assert isinstance(wrapped, torch.optim.Optimizer)  # it copies the real one's attributes
+    assert optim_hooks.inner_optimizer(wrapped) is opt
+    with instrument.auto(model, wrapped, every=None, sinks=[], collectives=False) as handle:
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        report = handle.reporter.flush()
+    assert report["optimizer"].count == report["zero_grad"].count == 1

@@ -23,7 +23,6 @@ from instrument.integrations.transformers import (  # noqa: E402
     count_batch,
     figures,
 )
-from instrument.report import Report  # noqa: E402
 from instrument.sinks import InMemory  # noqa: E402
 
 SEQ = 16
@@ -138,6 +137,12 @@ def test_trainer_tree_with_gradient_accumulation_and_logged_figures() -> None:
         assert entry["instrument/optimizer_ms"] == pytest.approx(rep["optimizer"].total * 1e3)
         assert "instrument/step_ms" in entry
     assert trainer.callback_handler.callbacks[0] is callback  # ahead of report_to callbacks
+    compact = figures(report)
+    assert {"instrument/forward_ms", "instrument/backward_ms", "instrument/step_ms"} <= set(compact)
+    assert "instrument/tokens_per_sec" in compact
+    assert not any(k.startswith("instrument/forward/") for k in compact)
+    assert "instrument/forward/transformer_ms" in figures(report, depth=2)
+    assert "instrument/time/forward/total_ms" in figures(report, "all")
     assert callback.handle is None
     assert_nothing_left(trainer)
 
@@ -208,19 +213,6 @@ def test_torch_compile_flag_keeps_forward() -> None:
     assert (report.other or 0.0) < report["forward"].total
 
 
-def test_figures_compact_and_all() -> None:
-    sink = InMemory()
-    train(gpt2, InstrumentCallback(sinks=[sink], log="none"), steps=2)
-    report: Report = sink.reports[-1]
-    compact = figures(report)
-    assert {"instrument/forward_ms", "instrument/backward_ms", "instrument/step_ms"} <= set(compact)
-    assert not any(k.startswith("instrument/forward/") for k in compact)
-    deeper = figures(report, depth=2)
-    assert "instrument/forward/transformer_ms" in deeper
-    every = figures(report, "all")
-    assert "instrument/time/forward/total_ms" in every
-
-
 def test_count_batch_reads_shapes() -> None:
     ids = torch.zeros(3, 7, dtype=torch.long)
     assert count_batch({"input_ids": ids}) == (3, 21)
@@ -248,3 +240,20 @@ def test_core_import_pulls_in_no_trainer_library() -> None:
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
         )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_loader_that_cannot_be_timed_never_stops_training() -> None:
+    from types import SimpleNamespace
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    callback = InstrumentCallback(sinks=[])
+    args = SimpleNamespace(logging_strategy="steps", logging_steps=5)
+    with pytest.warns(RuntimeWarning, match=r"generator in place.*without the 'data' line"):
+        callback.on_train_begin(
+            args, None, None, model=model, optimizer=opt, train_dataloader=(i for i in range(3))
+        )
+    assert callback.handle is not None
+    assert callback.handle.reporter.every == 5
+    callback.on_train_end(args, None, None)
+    assert callback.handle is None

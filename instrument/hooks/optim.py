@@ -43,23 +43,23 @@ def inner_optimizer(optimizer: object) -> torch.optim.Optimizer | None:
 
     Wrappers such as Accelerate's ``AcceleratedOptimizer`` or Lightning's
     ``LightningOptimizer`` hold the real optimizer as ``.optimizer`` / ``._optimizer`` and
-    may pass ``isinstance(..., Optimizer)`` without ever running ``Optimizer.__init__`` (so
-    they have no step hooks): they are followed down to the optimizer that steps.
+    pass ``isinstance(..., Optimizer)`` without being the object that steps (no hooks of
+    their own, or a copy of the real one's attributes): they are followed down to it.
     """
     seen: set[int] = set()
     current = optimizer
     while id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, torch.optim.Optimizer) and "_optimizer_step_pre_hooks" in vars(
-            current
-        ):
-            return current
-        for attr in ("optimizer", "_optimizer"):
-            inner = getattr(current, attr, None)
-            if isinstance(inner, torch.optim.Optimizer):
+        for attr in ("optimizer", "_optimizer"):  # a wrapper first, even one sharing state
+            inner = vars(current).get(attr) if hasattr(current, "__dict__") else None
+            if isinstance(inner, torch.optim.Optimizer) and inner is not current:
                 current = inner
                 break
         else:
+            if isinstance(current, torch.optim.Optimizer) and "_optimizer_step_pre_hooks" in vars(
+                current
+            ):
+                return current
             return None
     return None
 

@@ -27,6 +27,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
 from instrument.auto import AutoHandle, auto
+from instrument.region import warn_once
 from instrument.report import Report
 from instrument.sinks.console import Console
 from instrument.sinks.scalars import scalars, tag_segment
@@ -146,16 +147,30 @@ class InstrumentCallback(TrainerCallback):
             steps = getattr(args, "logging_steps", 0)
             every = int(steps) if logging_by_steps and steps >= 1 else 50
         sinks = [Console()] if self._sinks is None else list(self._sinks)
-        self.handle = auto(
-            model,
-            optimizer,
-            every=every,
-            sinks=[*sinks, self._keep],
-            dataloader=train_dataloader,
-            lr_scheduler=lr_scheduler,
-            count_batch=count_batch if self.count_tokens and train_dataloader else None,
+        counting = self.count_tokens and train_dataloader is not None
+        options: dict[str, Any] = {
+            "every": every,
+            "sinks": [*sinks, self._keep],
+            "lr_scheduler": lr_scheduler,
             **self._options,
-        )
+        }
+        try:
+            self.handle = auto(
+                model,
+                optimizer,
+                dataloader=train_dataloader,
+                count_batch=count_batch if counting else None,
+                **options,
+            )
+        except TypeError as error:
+            if train_dataloader is None or "in place" not in str(error):
+                raise
+            warn_once(
+                "transformers:loader",
+                f"instrument: {error}; training goes on without the 'data' line",
+                stacklevel=2,
+            )
+            self.handle = auto(model, optimizer, **options)
         if self.log != "none":
             _log_before_reporting_callbacks(self, sys._getframe(1))
 
