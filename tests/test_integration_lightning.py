@@ -388,6 +388,28 @@ def test_an_exception_in_training_step_tears_everything_down(
     assert_nothing_left(model)
 
 
+def test_a_fit_that_cannot_be_timed_warns_and_trains(clock: FakeClock, sink: InMemory) -> None:
+    torch.manual_seed(0)
+    model = Module(clock)
+    handle = instrument.auto(model, every=None, sinks=[])  # the user's own auto on the model
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=2,
+        callbacks=[InstrumentCallback(every=1, sinks=[sink])],
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    with pytest.warns(RuntimeWarning, match="this fit is not timed: instrument.auto is already"):
+        trainer.fit(model, loader(clock))
+    assert len(model.losses) == 2
+    assert sink.reports == []
+    assert "training_step" not in model.__dict__
+    handle.remove()
+
+
 # -- options and counting ----------------------------------------------------------------
 
 

@@ -278,6 +278,13 @@ class Session:
             optimizers = list(trainer.optimizers)
             self._handle = auto(pl_module, optimizers, reporter=reporter, **self._auto)
             self._install(trainer, pl_module)
+        except Exception as error:  # instrumentation never stops training
+            self.stop()
+            warn_once(
+                "lightning:start",
+                f"instrument: this fit is not timed: {error}",
+                stacklevel=2,
+            )
         except BaseException:
             self.stop()
             raise
@@ -363,7 +370,10 @@ class Session:
                 "has no 'data' line",
             )
             return
-        self._undo_data = data_hooks.time_in_place(fetcher, clock=self._clock)
+        try:
+            self._undo_data = data_hooks.time_in_place(fetcher, clock=self._clock)
+        except (TypeError, RuntimeError) as error:  # never stop training for a data line
+            warn_once("lightning:data", f"instrument: no 'data' line: {error}")
 
     def _training_step(self, pl_module: Any) -> Callable[..., Any]:
         call = pl_module.training_step
