@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 from time import perf_counter_ns, thread_time_ns
 from typing import Any
@@ -49,7 +50,7 @@ class Probe(pl.Callback):  # type: ignore[misc]
 
     @staticmethod
     def median_step(starts: list[int]) -> float:
-        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        gaps = [b - a for a, b in pairwise(starts)]
         return statistics.median(gaps[SKIP:])
 
 
