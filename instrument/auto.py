@@ -58,13 +58,15 @@ class FlopMeter:
 
 
 class ForwardCheck:
-    """Ticks through to ``tick``; at the second tick, if the model's ``forward`` region has
-    recorded nothing yet, warns once: the model runs where instrument cannot see it (inside
-    a function compiled by ``torch.compile``, or another module than the one passed)."""
+    """Ticks through to ``tick``; at the second tick, if no region of the model's modules
+    (``names``: its ``forward`` and its submodules', since a LightningModule's
+    ``training_step`` may call ``self.net(x)`` alone) has recorded yet, warns once: the model
+    runs where instrument cannot see it (inside a function compiled by ``torch.compile``, or
+    another module than the one passed)."""
 
-    def __init__(self, tick: Callable[[], object], name: str) -> None:
+    def __init__(self, tick: Callable[[], object], names: Iterable[str]) -> None:
         self._tick = tick
-        self._name = name
+        self._names = frozenset(names)
         self._ticks = 0
         self._seen = False
 
@@ -73,7 +75,7 @@ class ForwardCheck:
         if not self._seen:
             self._ticks += 1
             self._seen = any(
-                node.name == self._name and node.has_records() for node in registry.walk()
+                node.name in self._names and node.has_records() for node in registry.walk()
             )
             if not self._seen and self._ticks >= 2:
                 self._seen = True
@@ -369,7 +371,7 @@ def _install(
             meter = FlopMeter(handle.reporter)
             undo.append(meter.cancel)
             tick = meter.step
-        tick = ForwardCheck(tick, targets[0].name).step
+        tick = ForwardCheck(tick, [t.name for t in targets]).step
         hooks = optim_hooks.OptimizerHooks(optimizers, tick, clock=clock)
         handle._optimizer_hooks = hooks
         handle.reporter.ticked_by_optimizer = True

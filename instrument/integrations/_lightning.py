@@ -1,0 +1,574 @@
+"""What the Lightning Callback and Profiler share: a ``Trainer.fit()`` timed like a plain loop.
+
+:class:`Session` runs :func:`instrument.auto` on the LightningModule and its optimizers from
+``on_train_start`` to ``on_train_end`` and adds what only Lightning knows:
+
+- ``training_step`` (Lightning's forward: the module's forward, the loss, ``self.log``) is
+  a region, and the samples (and tokens) of its batch are counted into the current step;
+- ``data``: Lightning's own batch fetcher is timed in place, so the first epoch — whose
+  loader iterator Lightning creates before any callback runs — has its ``data`` line;
+- manual optimization: ``manual_backward``, ``opt.zero_grad()`` and ``opt.step()`` called
+  inside ``training_step`` are recorded where they are in a plain loop (at the top), and
+  ``training_step`` keeps the rest; a step that ends inside ``training_step`` is ticked
+  when ``training_step`` returns, so an interval never splits one;
+- ``lr_scheduler`` (Lightning's ``lr_scheduler_step`` hook, for every scheduler) and
+  ``validation`` (during fit); ``clip_grad_norm`` comes from ``auto`` itself.
+
+Lightning itself is never imported here: ``lightning.py`` and ``pytorch_lightning.py`` bind
+these pieces to the two package names.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+
+from instrument import clocks, registry
+from instrument.auto import AutoHandle, auto
+from instrument.hooks import data as data_hooks
+from instrument.hooks import modules as module_hooks
+from instrument.hooks.optim import _resumed
+from instrument.region import (
+    Region,
+    Timer,
+    _get,
+    _set,
+    check_level,
+    region_for,
+    timer,
+    warn_once,
+)
+from instrument.report import Report
+from instrument.reporter import (
+    Reporter,
+    _check_every,
+    _check_flops,
+    _check_normalizer,
+    _check_ranks,
+)
+from instrument.sinks.base import Sink
+from instrument.sinks.console import Console
+from instrument.sinks.scalars import scalars, tag_segment
+
+#: ``count_batch(batch) -> (samples, tokens)``; either may be ``None`` (not known).
+BatchCounter = Callable[[Any], tuple[int | None, int | None]]
+
+
+def batch_counts(batch: Any) -> tuple[int | None, int | None]:
+    """The samples of a batch (the first dimension of the first tensor found in it, looking
+    into tuples, lists and mappings) and its tokens (``input_ids.numel()`` of a mapping with
+    a 2-d ``input_ids``); ``None`` for what cannot be told."""
+    tokens = None
+    if isinstance(batch, Mapping):
+        ids = batch.get("input_ids")
+        if isinstance(ids, torch.Tensor) and ids.dim() == 2:
+            tokens = ids.numel()
+    return _first_dim(batch, 4), tokens
+
+
+def _first_dim(batch: Any, depth: int) -> int | None:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if depth == 0:
+        return None
+    items: Iterable[Any]
+    if isinstance(batch, Mapping):
+        items = batch.values()
+    elif isinstance(batch, (tuple, list)):
+        items = batch
+    else:
+        return None
+    for item in items:
+        found = _first_dim(item, depth - 1)
+        if found is not None:
+            return found
+    return None
+
+
+LOG_MODES = ("compact", "all", "none")
+
+
+def figures(report: Report, mode: str = "compact", depth: int = 1) -> dict[str, float]:
+    """The numbers of ``report`` for the Trainer's loggers, keyed ``instrument/...``.
+
+    "compact": per-step milliseconds of each region down to ``depth`` levels
+    (``instrument/training_step_ms``, ``instrument/optimizer_ms``), ``instrument/step_ms``,
+    ``instrument/other_ms`` and the known throughput rates; "all": every scalar the
+    TensorBoard sink writes (:func:`instrument.sinks.scalars.scalars`). The same keys as the
+    HF Trainer integration logs.
+    """
+    if mode == "all":
+        return {f"instrument/{tag}": value for tag, value in scalars(report).items()}
+    out: dict[str, float] = {}
+    for node in report.nodes:
+        parts = node.path.split("/")
+        if len(parts) <= depth and node.count:
+            out[f"instrument/{'/'.join(tag_segment(p) for p in parts)}_ms"] = node.total * 1e3
+    if report.step_time is not None:
+        out["instrument/step_ms"] = report.step_time.mean * 1e3
+        out["instrument/other_ms"] = (report.other or 0.0) * 1e3
+    rates = report.throughput
+    if rates is not None:
+        for name in ("samples_per_sec", "tokens_per_sec", "tflops", "mfu"):
+            value = getattr(rates, name)
+            if value is not None:
+                out[f"instrument/{name}"] = float(value)
+    return out
+
+
+class ToLoggers(Sink):
+    """Each report's :func:`figures` to the Trainer's loggers (``trainer.loggers``), at the
+    Trainer's global step. Distributed: Lightning's loggers write on rank 0 only."""
+
+    def __init__(self, trainer: Any, mode: str, depth: int) -> None:
+        self._trainer = weakref.ref(trainer)
+        self._mode = mode
+        self._depth = depth
+        self._first_step = int(getattr(trainer, "global_step", 0))
+
+    def write(self, report: Report) -> None:
+        trainer = self._trainer()
+        if trainer is None:
+            return
+        metrics = figures(report, self._mode, self._depth)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=self._first_step + report.step)
+
+
+def _set_attr(obj: Any, name: str, value: Any) -> Callable[[], None]:
+    """Put ``value`` in ``obj.__dict__[name]``; the undo restores what was there."""
+    had = name in obj.__dict__
+    before = obj.__dict__.get(name)
+    obj.__dict__[name] = value
+
+    def undo() -> None:
+        if obj.__dict__.get(name) is not value:
+            return
+        if had:
+            obj.__dict__[name] = before
+        else:
+            del obj.__dict__[name]
+
+    return undo
+
+
+class Session:
+    """One ``fit()`` timed by ``auto``; see the module doc. Options are ``auto``'s (checked
+    here, so a bad one fails when the Callback or Profiler is made, not mid-fit), plus
+    ``count_batch``: ``"auto"`` (:func:`batch_counts`), a function of the batch returning
+    ``(samples, tokens)``, or ``None`` (count nothing); ``log`` / ``log_depth``: what the
+    made reporter sends to the Trainer's loggers (:func:`figures`; ``"none"``: nothing)."""
+
+    def __init__(
+        self,
+        *,
+        every: int | None = 50,
+        sinks: Iterable[Any] | None = None,
+        reporter: Reporter | None = None,
+        depth: int | None = None,
+        include: Any = None,
+        exclude: Any = None,
+        backward: bool | str = True,
+        collectives: bool = True,
+        clock: object = "auto",
+        normalizer: float | str = "steps",
+        flops_per_step: float | str | None = None,
+        ranks: str = "local",
+        count_batch: BatchCounter | str | None = "auto",
+        log: str = "compact",
+        log_depth: int = 1,
+    ) -> None:
+        if log not in LOG_MODES:
+            raise ValueError(f"unknown log {log!r}; expected one of 'compact', 'all', 'none'")
+        if isinstance(log_depth, bool) or not isinstance(log_depth, int) or log_depth < 1:
+            raise ValueError(f"log_depth must be an int >= 1, got {log_depth!r}")
+        self._log, self._log_depth = log, log_depth
+        if reporter is not None and (
+            sinks is not None
+            or every != 50
+            or normalizer != "steps"
+            or flops_per_step is not None
+            or ranks != "local"
+        ):
+            raise ValueError(
+                "pass either reporter= or every=/sinks=/normalizer=/flops_per_step=/ranks= (they "
+                "configure the reporter the integration makes), not both"
+            )
+        if reporter is not None and not isinstance(reporter, Reporter):
+            raise TypeError(
+                f"reporter must be an instrument.Reporter, got {type(reporter).__name__}"
+            )
+        self._every = _check_every(every)
+        self._normalizer = _check_normalizer(normalizer)
+        self._flops = _check_flops(flops_per_step)
+        self._ranks = _check_ranks(ranks)
+        self._sinks = None if sinks is None else list(sinks)
+        if depth is not None:
+            check_level(depth)
+        module_hooks.check_patterns(include, "include")
+        module_hooks.check_patterns(exclude, "exclude")
+        if not (backward is True or backward is False or backward == "modules"):
+            raise ValueError(
+                f"unknown backward {backward!r}; expected one of True, False, 'modules'"
+            )
+        clocks.check_clock(clock)
+        if count_batch == "auto":
+            count_batch = batch_counts
+        elif count_batch is not None and not callable(count_batch):
+            raise TypeError(
+                "count_batch must be 'auto', None, or a function of the batch returning "
+                f"(samples, tokens), got {count_batch!r}"
+            )
+        self._counter: BatchCounter | None = count_batch
+        self._auto = {
+            "depth": depth,
+            "include": include,
+            "exclude": exclude,
+            "backward": backward,
+            "collectives": collectives,
+            "clock": clock,
+        }
+        self._clock = None if clock == "auto" else clock
+        self._given = reporter
+        self._handle: AutoHandle | None = None
+        self._reporter: Reporter | None = None
+        self._undo: list[Callable[[], None]] = []
+        self._fetcher: Any = None
+        self._undo_data: Callable[[], None] | None = None
+        self._validation: Timer | None = None
+        self._step_region = region_for("training_step", self._clock)
+        self._inside = 0  # training_step calls running
+        self._held: list[tuple[int | None, int | None]] = []  # ticks held until they return
+
+    @property
+    def handle(self) -> AutoHandle | None:
+        """The ``auto`` handle while a fit is timed, else ``None``."""
+        return self._handle
+
+    @property
+    def reporter(self) -> Reporter | None:
+        """The reporter of the fit being timed (or of the last one)."""
+        return self._reporter
+
+    # -- the fit's life -------------------------------------------------------------------
+
+    def start(self, trainer: Any, pl_module: torch.nn.Module) -> None:
+        """Install everything (``on_train_start``; idempotent)."""
+        if self._handle is not None:
+            return
+        reporter = self._given
+        if reporter is None:
+            sinks = [Console()] if self._sinks is None else list(self._sinks)
+            if self._log != "none" and getattr(trainer, "loggers", None):
+                sinks.append(ToLoggers(trainer, self._log, self._log_depth))
+            reporter = Reporter(
+                every=self._every,
+                sinks=sinks,
+                normalizer=self._normalizer,
+                flops_per_step=self._flops,
+                ranks=self._ranks,
+            )
+        self._reporter = reporter
+        self._undo = [_set_attr(reporter, "step", self._holding(reporter.step))]
+        try:
+            optimizers = list(trainer.optimizers)
+            self._handle = auto(pl_module, optimizers, reporter=reporter, **self._auto)
+            self._install(trainer, pl_module)
+        except Exception as error:  # instrumentation never stops training
+            self.stop()
+            warn_once(
+                "lightning:start",
+                f"instrument: this fit is not timed: {error}",
+                stacklevel=2,
+            )
+        except BaseException:
+            self.stop()
+            raise
+
+    def epoch_start(self, trainer: Any) -> None:
+        """Time a batch fetcher Lightning made anew (dataloaders reloaded every n epochs)."""
+        if self._handle is not None:
+            self._time_data(trainer)
+
+    def validation_start(self, trainer: Any) -> None:
+        """``on_validation_start`` during fit (not the sanity check): open ``validation``."""
+        if self._handle is None or getattr(trainer, "sanity_checking", False):
+            return
+        if self._validation is None:
+            self._validation = timer("validation", clock=self._clock)
+        if not self._validation.running:
+            self._validation.start()
+
+    def validation_end(self) -> None:
+        """``on_validation_end``: close ``validation``."""
+        if self._validation is not None and self._validation.running:
+            self._validation.stop()
+
+    def stop(self) -> None:
+        """Undo everything and close the reporter this session made (``on_train_end``,
+        ``on_exception``, ``teardown``; idempotent)."""
+        self.validation_end()
+        if self._undo_data is not None:
+            self._undo_data()
+            self._undo_data, self._fetcher = None, None
+        undo, self._undo = self._undo, []
+        for step in reversed(undo):
+            step()
+        self._release()
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.remove()
+        reporter = self._reporter
+        if reporter is not None and self._given is None and not reporter.closed:
+            flush = reporter.steps > 0
+            reporter.close(flush=flush)
+            if not flush:  # what followed the last optimizer step is no step: leave nothing
+                registry.collect()
+
+    # -- what is installed ----------------------------------------------------------------
+
+    def _install(self, trainer: Any, pl_module: Any) -> None:
+        undo = self._undo
+        undo.append(_set_attr(pl_module, "training_step", self._training_step(pl_module)))
+        outside = self._outside
+        undo.append(_set_attr(pl_module, "manual_backward", outside(pl_module.manual_backward)))
+        scheduler = region_for("lr_scheduler", self._clock)
+        undo.append(
+            _set_attr(
+                pl_module,
+                "lr_scheduler_step",
+                _timed(pl_module.lr_scheduler_step, scheduler),
+            )
+        )
+        strategy = getattr(trainer, "strategy", None)
+        for wrapper in getattr(strategy, "_lightning_optimizers", ()):
+            inner = getattr(wrapper, "_optimizer", None)
+            if inner is None:
+                continue
+            # LightningOptimizer.zero_grad is the optimizer class's, run on the wrapper:
+            # route it to the inner optimizer's timed one
+            undo.append(_set_attr(wrapper, "zero_grad", outside(inner.zero_grad)))
+            undo.append(_set_attr(wrapper, "step", outside(wrapper.step)))
+        self._time_data(trainer)
+
+    def _time_data(self, trainer: Any) -> None:
+        fetcher = getattr(getattr(trainer, "fit_loop", None), "_data_fetcher", None)
+        if fetcher is self._fetcher:
+            return
+        if self._undo_data is not None:
+            self._undo_data()
+            self._undo_data = None
+        self._fetcher = fetcher
+        if fetcher is None:
+            warn_once(
+                "lightning:data",
+                "instrument: this Lightning version keeps no fit_loop._data_fetcher; the tree "
+                "has no 'data' line",
+            )
+            return
+        try:
+            self._undo_data = data_hooks.time_in_place(fetcher, clock=self._clock)
+        except (TypeError, RuntimeError) as error:  # never stop training for a data line
+            warn_once("lightning:data", f"instrument: no 'data' line: {error}")
+
+    def _training_step(self, pl_module: Any) -> Callable[..., Any]:
+        call = pl_module.training_step
+        region = self._step_region
+        session = self
+
+        @functools.wraps(call)
+        def training_step(*args: Any, **kwargs: Any) -> Any:
+            counter = session._counter
+            if counter is not None:
+                session._count(counter, args[0] if args else kwargs.get("batch"))
+            session._inside += 1
+            try:
+                with region:
+                    return call(*args, **kwargs)
+            finally:
+                session._inside -= 1
+                if session._held and not session._inside:
+                    session._release()
+
+        return training_step
+
+    def _count(self, counter: BatchCounter, batch: Any) -> None:
+        reporter = self._reporter
+        if reporter is None:
+            return
+        try:
+            samples, tokens = counter(batch)
+            reporter.count(samples=samples, tokens=tokens)
+        except Exception as error:  # never let counting stop training
+            self._counter = None
+            warn_once(
+                "lightning:count",
+                f"instrument: counting the batch failed ({error!r}); samples and tokens are "
+                "no longer counted (pass count_batch= a function returning (samples, tokens))",
+            )
+
+    def _holding(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        """The reporter's ``step``, held while ``training_step`` runs (manual optimization
+        steps inside it) and run when it returns."""
+        session = self
+
+        def held_step(samples: int | None = None, tokens: int | None = None) -> Any:
+            if session._inside:
+                session._held.append((samples, tokens))
+                return None
+            return step(samples, tokens)
+
+        held_step.__wrapped__ = step  # type: ignore[attr-defined]
+        return held_step
+
+    def _release(self) -> None:
+        held, self._held = self._held, []
+        reporter = self._reporter
+        if reporter is None:
+            return
+        step = getattr(reporter.step, "__wrapped__", reporter.step)
+        for samples, tokens in held:
+            step(samples, tokens)
+
+    def _outside(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """``call``, run with a ``training_step`` frame on top set aside: what it records
+        lands where it would in a plain loop, and ``training_step`` keeps the rest."""
+        region = self._step_region
+
+        @functools.wraps(call)
+        def outside(*args: Any, **kwargs: Any) -> Any:
+            frame = _get()
+            if frame[3] is not region:
+                return call(*args, **kwargs)
+            sync = region.mode == "sync"
+            if sync:
+                clocks.synchronize()
+            _set(frame[2])
+            now = region._now
+            t0 = now()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                _set(_resumed(frame, now() - t0, sync))
+
+        return outside
+
+
+def _timed(call: Callable[..., Any], region: Region) -> Callable[..., Any]:
+    @functools.wraps(call)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        with region:
+            return call(*args, **kwargs)
+
+    return timed
+
+
+class CallbackHooks:
+    """The Callback's hooks (mixed into ``lightning.pytorch.Callback`` and
+    ``pytorch_lightning.Callback``); the options are :class:`Session`'s."""
+
+    def __init__(
+        self,
+        *,
+        every: int | None = 50,
+        sinks: Iterable[Any] | None = None,
+        reporter: Reporter | None = None,
+        depth: int | None = None,
+        include: Any = None,
+        exclude: Any = None,
+        backward: bool | str = True,
+        collectives: bool = True,
+        clock: object = "auto",
+        normalizer: float | str = "steps",
+        flops_per_step: float | str | None = None,
+        ranks: str = "local",
+        count_batch: BatchCounter | str | None = "auto",
+        log: str = "compact",
+        log_depth: int = 1,
+    ) -> None:
+        self.session = Session(
+            every=every,
+            sinks=sinks,
+            reporter=reporter,
+            depth=depth,
+            include=include,
+            exclude=exclude,
+            backward=backward,
+            collectives=collectives,
+            clock=clock,
+            normalizer=normalizer,
+            flops_per_step=flops_per_step,
+            ranks=ranks,
+            count_batch=count_batch,
+            log=log,
+            log_depth=log_depth,
+        )
+
+    @property
+    def reporter(self) -> Reporter | None:
+        """The reporter of the fit being timed (or of the last one)."""
+        return self.session.reporter
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.session.start(trainer, pl_module)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.session.epoch_start(trainer)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self.session.validation_start(trainer)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self.session.validation_end()
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.session.stop()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.session.stop()
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self.session.stop()
+
+
+class ProfilerHooks:
+    """The Profiler's methods (mixed into Lightning's ``Profiler``): ``setup`` adds a
+    Callback doing the work to the Trainer's callbacks, ``teardown`` takes it out again;
+    ``start``/``stop`` of Lightning's actions cost one empty call."""
+
+    _callback: CallbackHooks
+    _lightning_module: Any
+
+    def _attach(self) -> None:
+        module = getattr(self, "_lightning_module", None)
+        trainer = getattr(module, "_trainer", None) if module is not None else None
+        if trainer is None:
+            return
+        self._trainer_ref = weakref.ref(trainer)
+        if not any(cb is self._callback for cb in trainer.callbacks):
+            trainer.callbacks.append(self._callback)
+
+    def _detach(self) -> None:
+        callback = getattr(self, "_callback", None)  # absent if __init__ raised
+        if callback is None:
+            return
+        callback.session.stop()
+        ref = getattr(self, "_trainer_ref", None)
+        trainer = ref() if ref is not None else None
+        if trainer is not None:
+            trainer.callbacks[:] = [cb for cb in trainer.callbacks if cb is not callback]
+
+    @property
+    def reporter(self) -> Reporter | None:
+        """The reporter of the fit being timed (or of the last one)."""
+        return self._callback.session.reporter
+
+    def start(self, action_name: str) -> None:
+        pass
+
+    def stop(self, action_name: str) -> None:
+        pass

@@ -1,0 +1,43 @@
+"""The classes of :mod:`instrument.integrations.lightning` for the ``pytorch_lightning``
+package (the same Lightning under its older name); see docs/lightning.md.
+
+Example:
+    >>> from instrument.integrations.pytorch_lightning import InstrumentCallback
+    >>> trainer = pytorch_lightning.Trainer(callbacks=[InstrumentCallback(every=50)])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytorch_lightning import Callback
+from pytorch_lightning.profilers import Profiler
+
+from instrument.integrations._lightning import (
+    BatchCounter,
+    CallbackHooks,
+    ProfilerHooks,
+    batch_counts,
+)
+
+__all__ = ["BatchCounter", "InstrumentCallback", "InstrumentProfiler", "batch_counts"]
+
+
+class InstrumentCallback(CallbackHooks, Callback):
+    """``instrument.integrations.lightning.InstrumentCallback`` for ``pytorch_lightning``."""
+
+
+class InstrumentProfiler(ProfilerHooks, Profiler):
+    """``instrument.integrations.lightning.InstrumentProfiler`` for ``pytorch_lightning``."""
+
+    def __init__(self, **options: Any) -> None:
+        Profiler.__init__(self)
+        self._callback = InstrumentCallback(**options)
+
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
+        super().setup(stage, local_rank, log_dir)
+        self._attach()
+
+    def teardown(self, stage: str | None) -> None:
+        self._detach()
+        super().teardown(stage)

@@ -1,0 +1,578 @@
+"""Lightning: ``InstrumentCallback`` and ``InstrumentProfiler`` on a real ``Trainer.fit()``.
+
+The model, loader and optimizer advance a FakeClock by known amounts, so every line of the
+tree is asserted exactly: ``training_step`` (forward and loss), ``backward``, ``optimizer``
+(the update alone, although Lightning runs training_step, zero_grad and backward inside
+``optimizer.step(closure)``), ``zero_grad``, ``data`` — and nothing is left in ``(other)``.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import instrument
+from instrument.auto import installed_handles
+from instrument.hooks import data as data_hooks
+from instrument.sinks import InMemory
+from instrument.testing import FakeClock
+
+pl = pytest.importorskip("lightning.pytorch")
+
+from instrument.integrations.lightning import (  # noqa: E402
+    InstrumentCallback,
+    InstrumentProfiler,
+    batch_counts,
+)
+
+# fake seconds each piece of a step takes
+DATA, FORWARD, LOSS, BACKWARD, UPDATE, ZERO, SCHED = 1, 3, 0.5, 4, 5, 0.25, 2.0
+BATCH, FEATURES = 4, 3
+
+
+class _SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, clock: FakeClock) -> torch.Tensor:
+        ctx.clock = clock
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        ctx.clock.advance(BACKWARD)
+        return grad, None
+
+
+class Net(nn.Module):
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.lin = nn.Linear(FEATURES, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.advance(FORWARD)
+        return _SlowBackward.apply(self.lin(x), self.clock)  # type: ignore[no-any-return]
+
+
+class ClockedSGD(torch.optim.Optimizer):
+    """SGD whose update takes UPDATE and whose zero_grad takes ZERO fake seconds."""
+
+    def __init__(self, params: Any, clock: FakeClock) -> None:
+        super().__init__(params, {"lr": 0.05})
+        self.clock = clock
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.clock.advance(UPDATE)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.clock.advance(ZERO)
+        super().zero_grad(set_to_none)
+
+
+class ClockedScheduler(torch.optim.lr_scheduler.LambdaLR):
+    def __init__(self, optimizer: ClockedSGD) -> None:
+        self.clock = optimizer.clock
+        super().__init__(optimizer, lambda epoch: 1.0)
+
+    def step(self, epoch: int | None = None) -> None:
+        if getattr(self, "clock", None) is not None:
+            self.clock.advance(SCHED)
+        super().step(epoch)
+
+
+class Module(pl.LightningModule):  # type: ignore[misc]
+    def __init__(self, clock: FakeClock, *, manual: bool = False, scheduler: bool = False) -> None:
+        super().__init__()
+        self.clock = clock
+        self.net = Net(clock)
+        self.automatic_optimization = not manual
+        self.scheduler = scheduler
+        self.losses: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.mse_loss(self(x), y)
+        self.clock.advance(LOSS)
+        self.losses.append(loss.detach().clone())
+        if not self.automatic_optimization:
+            opt = self.optimizers()
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        opt = ClockedSGD(self.parameters(), self.clock)
+        if not self.scheduler:
+            return opt
+        schedule = {"scheduler": ClockedScheduler(opt), "interval": "step"}
+        return {"optimizer": opt, "lr_scheduler": schedule}
+
+
+class ValidatedModule(Module):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        nn.functional.mse_loss(self(x), y)
+
+
+class ClockedCollate:
+    """Stacks a batch and takes DATA fake seconds doing it."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    def __call__(self, items: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+        self.clock.advance(DATA)
+        return torch.utils.data.default_collate(items)
+
+
+def loader(clock: FakeClock, batches: int = 8) -> torch.utils.data.DataLoader[Any]:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(batches * BATCH, FEATURES, generator=gen)
+    y = torch.randn(batches * BATCH, 1, generator=gen)
+    dataset = torch.utils.data.TensorDataset(x, y)
+    return torch.utils.data.DataLoader(dataset, batch_size=BATCH, collate_fn=ClockedCollate(clock))
+
+
+def fit(
+    clock: FakeClock,
+    logger: Any = False,
+    *,
+    callbacks: list[Any] | None = None,
+    profiler: Any = None,
+    steps: int = 4,
+    epochs: int = 1,
+    batches: int = 8,
+    val: bool = False,
+    manual: bool = False,
+    scheduler: bool = False,
+    **trainer_options: Any,
+) -> Module:
+    torch.manual_seed(0)
+    model = (ValidatedModule if val else Module)(clock, manual=manual, scheduler=scheduler)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        max_epochs=epochs,
+        callbacks=callbacks,
+        profiler=profiler,
+        enable_progress_bar=False,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=2 if val else 0,
+        num_sanity_val_steps=2 if val else 0,
+        **trainer_options,
+    )
+    trainer.fit(model, loader(clock, batches), loader(clock, 2) if val else None)
+    return model
+
+
+def assert_step(report: instrument.Report, steps: int, accumulate: int = 1) -> None:
+    """The exact tree of ``steps`` optimizer steps of ``accumulate`` batches each."""
+    assert report.steps == steps
+    expected = {
+        "data": (DATA * accumulate, steps * accumulate),
+        "training_step": ((FORWARD + LOSS) * accumulate, steps * accumulate),
+        "training_step/forward": (FORWARD * accumulate, steps * accumulate),
+        "training_step/forward/net": (FORWARD * accumulate, steps * accumulate),
+        "backward": (BACKWARD * accumulate, steps * accumulate),
+        "optimizer": (UPDATE, steps),
+        "zero_grad": (ZERO, steps),
+    }
+    for path, (per_step, count) in expected.items():
+        node = report[path]
+        assert (node.total, node.count) == (pytest.approx(per_step), count), path
+    assert report.step_time is not None
+    assert report.step_time.total == pytest.approx(
+        (DATA + FORWARD + LOSS + BACKWARD) * accumulate + UPDATE + ZERO
+    )
+    assert report.other == pytest.approx(0.0, abs=1e-9)
+    assert report.throughput is not None
+    assert report.throughput.samples_per_sec == pytest.approx(
+        BATCH * accumulate / report.step_time.total
+    )
+
+
+def assert_nothing_left(model: Module) -> None:
+    assert installed_handles() == ()
+    for attr in ("forward", "training_step", "manual_backward", "lr_scheduler_step"):
+        assert attr not in model.__dict__, attr
+    assert "forward" not in model.net.__dict__
+    opt = model.trainer.optimizers[0]
+    assert not opt._optimizer_step_pre_hooks
+    assert not opt._optimizer_step_post_hooks
+    assert "zero_grad" not in opt.__dict__
+    fetcher = model.trainer.fit_loop._data_fetcher
+    assert fetcher is None or type(fetcher) not in data_hooks._subclasses.values()
+    assert instrument.Reporter(every=None).flush().paths() == ()  # no stray record
+
+
+@pytest.fixture
+def sink() -> InMemory:
+    return InMemory()
+
+
+# -- the tree ----------------------------------------------------------------------------
+
+
+def test_callback_gives_the_plain_loop_tree_from_the_first_batch(
+    clock: FakeClock, sink: InMemory
+) -> None:
+    model = fit(clock, callbacks=[InstrumentCallback(every=2, sinks=[sink])], steps=4)
+    assert len(sink.reports) == 2
+    for report in sink.reports:  # the first one has the first epoch's first batches
+        assert_step(report, 2)
+        assert set(report.paths()) == {
+            "data",
+            "training_step",
+            "training_step/forward",
+            "training_step/forward/net",
+            "training_step/forward/net/lin",
+            "backward",
+            "optimizer",
+            "zero_grad",
+        }
+    assert_nothing_left(model)
+
+
+def test_profiler_gives_the_same_tree(clock: FakeClock, sink: InMemory) -> None:
+    callback_sink = InMemory()
+    fit(clock, callbacks=[InstrumentCallback(every=2, sinks=[callback_sink])])
+    profiler = InstrumentProfiler(every=2, sinks=[sink])
+    model = fit(clock, profiler=profiler)
+    assert len(sink.reports) == len(callback_sink.reports) == 2
+    for mine, theirs in zip(sink.reports, callback_sink.reports, strict=True):
+        assert mine.paths() == theirs.paths()
+        assert [n.total for n in mine.nodes] == [n.total for n in theirs.nodes]
+        assert [n.count for n in mine.nodes] == [n.count for n in theirs.nodes]
+    assert_step(sink.reports[0], 2)
+    assert profiler.reporter is not None
+    assert profiler.reporter.closed
+    assert profiler._callback not in model.trainer.callbacks  # taken out at teardown
+    assert_nothing_left(model)
+
+
+def test_gradient_accumulation_is_counted_once_in_one_place(
+    clock: FakeClock, sink: InMemory
+) -> None:
+    model = fit(
+        clock,
+        callbacks=[InstrumentCallback(every=2, sinks=[sink])],
+        steps=4,
+        accumulate_grad_batches=2,
+    )
+    assert len(sink.reports) == 2  # one step per optimizer step, not per batch
+    for report in sink.reports:
+        assert_step(report, 2, accumulate=2)
+        assert not any(path.startswith("optimizer/") for path in report.paths())
+    assert_nothing_left(model)
+
+
+def test_manual_optimization_gives_the_same_tree(clock: FakeClock, sink: InMemory) -> None:
+    model = fit(clock, callbacks=[InstrumentCallback(every=2, sinks=[sink])], manual=True)
+    assert len(sink.reports) == 2
+    for report in sink.reports:
+        assert_step(report, 2)
+        assert not any(
+            path.startswith(("training_step/backward", "training_step/optimizer"))
+            for path in report.paths()
+        )
+    assert_nothing_left(model)
+
+
+def test_every_epoch_has_its_data_line(clock: FakeClock, sink: InMemory) -> None:
+    fit(
+        clock,
+        callbacks=[InstrumentCallback(every=4, sinks=[sink])],
+        steps=-1,
+        epochs=2,
+        batches=4,
+    )
+    assert [r["data"].count for r in sink.reports] == [4, 4]
+    for report in sink.reports:
+        assert_step(report, 4)
+
+
+def test_validation_clipping_and_scheduler_lines(clock: FakeClock, sink: InMemory) -> None:
+    model = fit(
+        clock,
+        callbacks=[InstrumentCallback(every=4, sinks=[sink])],
+        steps=-1,
+        epochs=2,
+        batches=4,
+        val=True,
+        scheduler=True,
+        gradient_clip_val=0.5,
+    )
+    first, second = sink.reports
+    assert "validation" not in first  # the sanity check runs before training starts
+    # the first epoch's validation ran after its last step: in the second interval
+    assert second["validation"].count == 1
+    assert second["validation/forward/net"].count == 2
+    assert second["validation/forward"].total == pytest.approx(2 * FORWARD / 4)
+    # the scheduler steps after each optimizer step: the 4th step's is in the 2nd interval,
+    # and the last one's (after the last step) is in none
+    assert [r["lr_scheduler"].count for r in sink.reports] == [3, 4]
+    assert second["lr_scheduler"].total == pytest.approx(SCHED)
+    assert [r["clip_grad_norm"].count for r in sink.reports] == [4, 4]
+    assert not any(path.startswith("optimizer/") for r in sink.reports for path in r.paths())
+    for report in sink.reports:
+        assert report.other == pytest.approx(0.0, abs=1e-9)
+    assert_nothing_left(model)
+
+
+def test_no_clip_grad_norm_line_without_clipping(clock: FakeClock, sink: InMemory) -> None:
+    fit(clock, callbacks=[InstrumentCallback(every=4, sinks=[sink])])
+    assert "clip_grad_norm" not in sink.last
+    assert "lr_scheduler" not in sink.last
+
+
+# -- training is unchanged ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("manual", [False, True])
+def test_losses_and_weights_are_bit_identical(clock: FakeClock, manual: bool) -> None:
+    plain = fit(clock, manual=manual, steps=6)
+    timed = fit(clock, callbacks=[InstrumentCallback(every=2, sinks=[])], manual=manual, steps=6)
+    profiled = fit(clock, profiler=InstrumentProfiler(every=2, sinks=[]), manual=manual, steps=6)
+    assert len(plain.losses) == 6
+    for other in (timed, profiled):
+        assert all(torch.equal(a, b) for a, b in zip(plain.losses, other.losses, strict=True))
+        for a, b in zip(plain.parameters(), other.parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
+def test_an_exception_in_training_step_tears_everything_down(
+    clock: FakeClock, sink: InMemory
+) -> None:
+    class Failing(Module):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if batch_idx == 2:
+                raise ValueError("boom at batch 2")
+            return super().training_step(batch, batch_idx)  # type: ignore[no-any-return]
+
+    model = Failing(clock)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=4,
+        callbacks=[InstrumentCallback(every=None, sinks=[sink])],
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    with pytest.raises(ValueError, match="boom at batch 2"):
+        trainer.fit(model, loader(clock))
+    assert sink.last.steps == 2
+    assert_nothing_left(model)
+
+
+def test_a_fit_that_cannot_be_timed_warns_and_trains(clock: FakeClock, sink: InMemory) -> None:
+    torch.manual_seed(0)
+    model = Module(clock)
+    handle = instrument.auto(model, every=None, sinks=[])  # the user's own auto on the model
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=2,
+        callbacks=[InstrumentCallback(every=1, sinks=[sink])],
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    with pytest.warns(RuntimeWarning, match="this fit is not timed: instrument.auto is already"):
+        trainer.fit(model, loader(clock))
+    assert len(model.losses) == 2
+    assert sink.reports == []
+    assert "training_step" not in model.__dict__
+    handle.remove()
+
+
+# -- options and counting ----------------------------------------------------------------
+
+
+def test_batch_counts() -> None:
+    x = torch.zeros(5, 2)
+    assert batch_counts(x) == (5, None)
+    assert batch_counts((x, torch.zeros(5))) == (5, None)
+    assert batch_counts([{"a": 1}, [x]]) == (5, None)
+    ids = torch.zeros(3, 7, dtype=torch.long)
+    assert batch_counts({"input_ids": ids, "labels": ids}) == (3, 21)
+    assert batch_counts("text") == (None, None)
+    assert batch_counts(torch.tensor(1.0)) == (None, None)
+
+
+def test_count_batch_function_and_none(clock: FakeClock, sink: InMemory) -> None:
+    fit(clock, callbacks=[InstrumentCallback(every=4, sinks=[sink], count_batch=lambda b: (1, 10))])
+    rates = sink.last.throughput
+    assert rates is not None
+    assert sink.last.step_time is not None
+    assert rates.tokens_per_sec == pytest.approx(10 / sink.last.step_time.total)
+    sink.clear()
+    fit(clock, callbacks=[InstrumentCallback(every=4, sinks=[sink], count_batch=None)])
+    assert sink.last.throughput is not None
+    assert sink.last.throughput.samples_per_sec is None
+
+
+def test_a_failing_count_batch_warns_once_and_training_goes_on(
+    clock: FakeClock, sink: InMemory
+) -> None:
+    def broken(batch: Any) -> tuple[int, int]:
+        raise KeyError("no such field")
+
+    with pytest.warns(RuntimeWarning, match="counting the batch failed"):
+        fit(clock, callbacks=[InstrumentCallback(every=4, sinks=[sink], count_batch=broken)])
+    assert sink.last.steps == 4
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"every": 0}, ValueError, "every must be a positive int"),
+        ({"backward": "yes"}, ValueError, "unknown backward"),
+        ({"clock": "sundial"}, ValueError, "sundial"),
+        ({"count_batch": 3}, TypeError, "count_batch must be"),
+        ({"log": "some"}, ValueError, "unknown log"),
+        ({"reporter": instrument.Reporter, "every": 5}, ValueError, "pass either reporter="),
+    ],
+)
+def test_bad_options_fail_when_made(options: dict[str, Any], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        InstrumentCallback(**options)
+    with pytest.raises(error, match=match):
+        InstrumentProfiler(**options)
+
+
+def test_a_given_reporter_is_used_and_left_open(clock: FakeClock, sink: InMemory) -> None:
+    reporter = instrument.Reporter(every=2, sinks=[sink], normalizer="steps")
+    callback = InstrumentCallback(reporter=reporter)
+    fit(clock, callbacks=[callback])
+    assert callback.reporter is reporter
+    assert not reporter.closed
+    assert len(sink.reports) == 2
+    assert_step(sink.last, 2)
+    reporter.close()
+
+
+class RecordingLogger(pl.loggers.Logger):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged: list[tuple[int | None, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.logged.append((step, dict(metrics)))
+
+
+@pytest.mark.parametrize("log", ["compact", "all", "none"])
+def test_reports_reach_the_trainers_loggers(clock: FakeClock, sink: InMemory, log: str) -> None:
+    recording = RecordingLogger()
+    fit(clock, callbacks=[InstrumentCallback(every=2, sinks=[sink], log=log)], logger=recording)
+    mine = [
+        (step, m) for step, m in recording.logged if any(k.startswith("instrument/") for k in m)
+    ]
+    if log == "none":
+        assert mine == []
+        return
+    assert [step for step, _ in mine] == [2, 4]  # the global step after each report's last
+    metrics = mine[0][1]
+    if log == "compact":
+        assert metrics["instrument/optimizer_ms"] == pytest.approx(UPDATE * 1e3)
+        assert metrics["instrument/training_step_ms"] == pytest.approx((FORWARD + LOSS) * 1e3)
+        assert metrics["instrument/other_ms"] == pytest.approx(0.0, abs=1e-6)
+        assert "instrument/samples_per_sec" in metrics
+        assert not any("forward" in key for key in metrics)  # log_depth=1
+    else:
+        assert metrics["instrument/time/training_step/forward/total_ms"] == pytest.approx(
+            FORWARD * 1e3
+        )
+
+
+def test_lightning_is_imported_only_by_the_integration() -> None:
+    import subprocess
+
+    code = (
+        "import sys, instrument, instrument.integrations; "
+        "assert not any(m.split('.')[0] in ('lightning', 'pytorch_lightning') "
+        "for m in sys.modules), sorted(m for m in sys.modules if 'lightning' in m)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_pytorch_lightning_package(clock: FakeClock, sink: InMemory) -> None:
+    ptl = pytest.importorskip("pytorch_lightning")
+    from instrument.integrations import pytorch_lightning as integration
+
+    class OldModule(ptl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = Net(clock)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = nn.functional.mse_loss(self.net(x), y)
+            clock.advance(LOSS)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return ClockedSGD(self.parameters(), clock)
+
+    for option in ("callbacks", "profiler"):
+        sink.clear()
+        made = integration.InstrumentCallback if option == "callbacks" else None
+        extra: dict[str, Any] = (
+            {"callbacks": [made(every=2, sinks=[sink])]}
+            if made
+            else {"profiler": integration.InstrumentProfiler(every=2, sinks=[sink])}
+        )
+        trainer = ptl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_steps=2,
+            enable_progress_bar=False,
+            logger=False,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            **extra,
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.fit(OldModule(), loader(clock))
+        # the LightningModule's own forward never runs, its net does: no "forward unseen"
+        assert not [w for w in caught if "forward was not timed" in str(w.message)]
+        report = sink.last
+        assert report["training_step/net"].total == pytest.approx(FORWARD)  # no self(x): net
+        assert report["optimizer"].total == pytest.approx(UPDATE)
+        assert report.other == pytest.approx(0.0, abs=1e-9)
