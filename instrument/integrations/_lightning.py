@@ -32,6 +32,7 @@ from instrument.auto import AutoHandle, auto
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
 from instrument.hooks.optim import _resumed
+from instrument.integrations.figures import LOG_MODES, figures
 from instrument.region import (
     Region,
     Timer,
@@ -52,7 +53,6 @@ from instrument.reporter import (
 )
 from instrument.sinks.base import Sink
 from instrument.sinks.console import Console
-from instrument.sinks.scalars import scalars, tag_segment
 
 #: ``count_batch(batch) -> (samples, tokens)``; either may be ``None`` (not known).
 BatchCounter = Callable[[Any], tuple[int | None, int | None]]
@@ -87,37 +87,6 @@ def _first_dim(batch: Any, depth: int) -> int | None:
         if found is not None:
             return found
     return None
-
-
-LOG_MODES = ("compact", "all", "none")
-
-
-def figures(report: Report, mode: str = "compact", depth: int = 1) -> dict[str, float]:
-    """The numbers of ``report`` for the Trainer's loggers, keyed ``instrument/...``.
-
-    "compact": per-step milliseconds of each region down to ``depth`` levels
-    (``instrument/training_step_ms``, ``instrument/optimizer_ms``), ``instrument/step_ms``,
-    ``instrument/other_ms`` and the known throughput rates; "all": every scalar the
-    TensorBoard sink writes (:func:`instrument.sinks.scalars.scalars`). The same keys as the
-    HF Trainer integration logs.
-    """
-    if mode == "all":
-        return {f"instrument/{tag}": value for tag, value in scalars(report).items()}
-    out: dict[str, float] = {}
-    for node in report.nodes:
-        parts = node.path.split("/")
-        if len(parts) <= depth and node.count:
-            out[f"instrument/{'/'.join(tag_segment(p) for p in parts)}_ms"] = node.total * 1e3
-    if report.step_time is not None:
-        out["instrument/step_ms"] = report.step_time.mean * 1e3
-        out["instrument/other_ms"] = (report.other or 0.0) * 1e3
-    rates = report.throughput
-    if rates is not None:
-        for name in ("samples_per_sec", "tokens_per_sec", "tflops", "mfu"):
-            value = getattr(rates, name)
-            if value is not None:
-                out[f"instrument/{name}"] = float(value)
-    return out
 
 
 class ToLoggers(Sink):
