@@ -15,7 +15,7 @@ from instrument.reporter import Reporter, count, step
 from instrument.stats import Stats
 from instrument.throughput import Throughput
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"
 
 __all__ = [
     "AutoHandle",

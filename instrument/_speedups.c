@@ -254,7 +254,17 @@ static PyTypeObject NodeType = {
 #error "the C hot path relies on the GIL; free-threaded builds use the pure-Python path"
 #endif
 
-typedef struct { /* the leading fields of CPython's PyContext (3.7 to 3.13) */
+/* The layout below is read only on the CPython versions it was checked against (the
+ * leading fields of PyContext in Include/internal/pycore_context.h, 3.10 to 3.13, with the
+ * test suite run on each: docs/compatibility.md). On any other version the thread-local
+ * stack is refused, not guessed: every frame stays in the context variable. */
+#if PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
+#define CONTEXT_LAYOUT_KNOWN 1
+#else
+#define CONTEXT_LAYOUT_KNOWN 0
+#endif
+
+typedef struct { /* the leading fields of CPython's PyContext (3.10 to 3.13) */
     PyObject_HEAD
     PyObject *ctx_prev;
     PyObject *ctx_vars;
@@ -278,6 +288,9 @@ static _Thread_local PyObject *thread_top = NULL; /* strong reference, or NULL *
 static inline int
 in_context_run(void)
 {
+    if (!CONTEXT_LAYOUT_KNOWN) {
+        return 1; /* unknown layout: behave as inside a task, i.e. use the variable */
+    }
     PyObject *ctx = PyThreadState_Get()->context;
     return ctx != NULL && ((ContextHead *)ctx)->ctx_entered;
 }
@@ -345,6 +358,12 @@ bind_thread_stack(PyObject *module, PyObject *on)
 {
     int truth = PyObject_IsTrue(on);
     if (truth < 0) {
+        return NULL;
+    }
+    if (truth && !CONTEXT_LAYOUT_KNOWN) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "instrument: the thread-local region stack is not supported on this "
+                        "Python version (unchecked context layout)");
         return NULL;
     }
     thread_stack_on = truth;
@@ -913,6 +932,7 @@ PyInit__speedups(void)
         return NULL;
     }
     if (PyModule_AddIntConstant(m, "NBUCKETS", NBUCKETS) < 0 ||
+        PyModule_AddIntConstant(m, "CONTEXT_LAYOUT_KNOWN", CONTEXT_LAYOUT_KNOWN) < 0 ||
         PyModule_AddObjectRef(m, "NodeBase", (PyObject *)&NodeType) < 0 ||
         PyModule_AddObjectRef(m, "RegionBase", (PyObject *)&RegionType) < 0 ||
         PyModule_AddObjectRef(m, "CallTimer", (PyObject *)&CallTimerType) < 0 ||

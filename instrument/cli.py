@@ -22,7 +22,7 @@ from instrument.reading import ReportFileError, locate, read_file
 from instrument.report import Report
 from instrument.sinks.console import Console
 
-PLOT_HINT = 'plot needs matplotlib: pip install "instrument[plot]"'
+PLOT_HINT = 'plot needs matplotlib: pip install "torch-instrument[plot]"'
 STEP_ROW = "(step)"  # the step time itself
 OTHER_ROW = "(other)"  # step time no top-level region covered
 REST_ROW = "other regions"  # the plot's regions outside the top K

@@ -350,7 +350,7 @@ def test_plot_without_matplotlib_says_which_extra(
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import raises ImportError
     code, _, err = run_cli(capsys, "plot", tmp_path / "run.jsonl", "-o", tmp_path / "x.png")
     assert code == 2
-    assert err == 'instrument: error: plot needs matplotlib: pip install "instrument[plot]"\n'
+    assert err == 'instrument: error: plot needs matplotlib: pip install "torch-instrument[plot]"\n'
     assert not (tmp_path / "x.png").exists()
 
 
@@ -547,7 +547,7 @@ def test_python_m_instrument_plot_and_without_matplotlib(tmp_path: Path) -> None
     missing = python("-c", BLOCK_MATPLOTLIB, "plot", tmp_path / "run.jsonl", "-o", out)
     assert missing.returncode == 2
     assert missing.stderr == (
-        'instrument: error: plot needs matplotlib: pip install "instrument[plot]"\n'
+        'instrument: error: plot needs matplotlib: pip install "torch-instrument[plot]"\n'
     )
 
 

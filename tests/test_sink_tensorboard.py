@@ -22,10 +22,10 @@ from instrument.testing import FakeClock, use_clock
 
 Scalars = dict[str, list[tuple[int, float]]]
 TAG = re.compile(r"^[\w.\-]+(/[\w.\-]+)*$")
-HINT = re.escape('TensorBoard sink needs tensorboard: pip install "instrument[tensorboard]"')
+HINT = re.escape('TensorBoard sink needs tensorboard: pip install "torch-instrument[tensorboard]"')
 needs_tensorboard = pytest.mark.skipif(
     importlib.util.find_spec("tensorboard") is None,
-    reason='needs tensorboard: pip install "instrument[tensorboard]"',
+    reason='needs tensorboard: pip install "torch-instrument[tensorboard]"',
 )
 
 

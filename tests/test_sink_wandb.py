@@ -30,9 +30,9 @@ except ImportError:  # the sink's install hint is still tested below
     wandb = None
 
 needs_wandb = pytest.mark.skipif(
-    wandb is None, reason='needs wandb: pip install "instrument[wandb]"'
+    wandb is None, reason='needs wandb: pip install "torch-instrument[wandb]"'
 )
-HINT = re.escape('WandB sink needs wandb: pip install "instrument[wandb]"')
+HINT = re.escape('WandB sink needs wandb: pip install "torch-instrument[wandb]"')
 QUIET: dict[str, Any] = {
     "console": "off",
     "x_disable_stats": True,

@@ -12,7 +12,7 @@ from instrument.sinks import extras
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 from instrument.sinks.scalars import global_step, scalars
 
-INSTALL_HINT = 'TensorBoard sink needs tensorboard: pip install "instrument[tensorboard]"'
+INSTALL_HINT = 'TensorBoard sink needs tensorboard: pip install "torch-instrument[tensorboard]"'
 
 
 def _summary_writer(log_dir: str, flush_secs: float) -> Any:

@@ -13,7 +13,7 @@ from instrument.sinks.scalars import global_step, scalars
 
 logger = logging.getLogger("instrument")
 
-INSTALL_HINT = 'WandB sink needs wandb: pip install "instrument[wandb]"'
+INSTALL_HINT = 'WandB sink needs wandb: pip install "torch-instrument[wandb]"'
 STEP_MODES = ("report", "run")
 STEP_KEY = "instrument/step"
 
