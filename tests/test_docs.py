@@ -4,9 +4,10 @@ Each markdown file is one session: its Python blocks run in order in one namespa
 fresh interpreter, in a temporary directory), and its shell commands run in the same
 directory, so a command can read the files that earlier blocks wrote. The output block
 shown after a block (a plain or ``text`` fence, right after it or after one short line
-such as "prints", or one prose line ending in "prints") is compared with what the block printed, numbers normalised: every number
-becomes ``N`` and runs of spaces become one, so names, order and tree structure must match
-while timings may differ. A line ``...`` in a shown output stands for any number of lines.
+such as "prints", or one prose line ending in "prints") is compared with what the block
+printed, numbers normalised: every number becomes ``N`` and runs of spaces become one, so
+names, order and tree structure must match while timings may differ. A line ``...`` in a
+shown output stands for any number of lines.
 
 A block that cannot run here is marked in the markdown, right before its fence, with a
 reason the reviewer can see::
@@ -21,7 +22,9 @@ Fragments are still compiled, so their syntax is checked. A file that says
 ``<!-- docs-test: every Python block is a complete script -->`` gets each of its Python
 blocks run on its own (a forked interpreter: fresh namespace, registry and loggers), and
 one that says ``<!-- docs-test: numbers are exact -->`` has its numbers compared as they
-are (except memory lines, the ``s wall`` of report titles and object addresses).
+are (except memory lines, the ``s wall`` of report titles and object addresses), and one
+that says ``<!-- docs-test: lines in any order -->`` (trees of real timings, whose siblings
+sort by time) has its output lines compared as a multiset.
 ``INSTRUMENT_DOCS_UPDATE=1 python -m pytest tests/test_docs.py`` rewrites every shown
 output that no longer matches with what the block printed (matching ones are left as they
 are).
@@ -40,6 +43,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +67,8 @@ REASONS = (
 ISOLATED = "<!-- docs-test: every Python block is a complete script -->"
 # A file whose outputs come from a fake clock says so; its numbers are then compared exactly.
 EXACT = "<!-- docs-test: numbers are exact -->"
+# A file whose outputs are trees of real timings says so; their lines may come in any order.
+UNORDERED = "<!-- docs-test: lines in any order -->"
 MARKER = re.compile(r"^<!--\s*not run:\s*(.+?)\s*-->$")
 # Known drift fixed on another branch: the file's test is an expected failure until then.
 KNOWN_DRIFT: dict[str, str] = {}
@@ -275,8 +281,23 @@ def normalise(text: str, exact: bool = False) -> list[str]:
     return lines
 
 
-def matches(expected: str, actual: str, exact: bool = False) -> bool:
-    """Whether the actual output fits the shown one (``...`` lines match any lines)."""
+def matches(expected: str, actual: str, exact: bool = False, unordered: bool = False) -> bool:
+    """Whether the actual output fits the shown one (``...`` lines match any lines).
+
+    ``unordered``: the lines may come in any order (a tree of real timings sorts siblings by
+    time): every shown line must be printed, and with no ``...`` nothing else may be.
+    """
+    if unordered:
+
+        def glyphless(text: str) -> list[str]:  # which sibling is last changes with the order
+            flat = text.replace("└──", "├──").replace("│", " ").replace("`--", "|--")
+            return normalise(flat, exact)
+
+        shown = [line for line in glyphless(expected) if line != "..."]
+        printed = glyphless(actual)
+        missing = Counter(shown) - Counter(printed)
+        extra = Counter(printed) - Counter(shown)
+        return not missing and ("..." in normalise(expected, exact) or not extra)
     pattern = [
         ".*?" if line == "..." else re.escape(line) + "\n" for line in normalise(expected, exact)
     ]
@@ -317,6 +338,7 @@ def check_doc(doc: Path) -> list[str]:
     blocks = parse(text)
     problems = check_markers(blocks)
     exact = EXACT in text
+    unordered = UNORDERED in text
     for block in blocks:
         if block.skip and block.skip.startswith("a fragment") and block.lang in PYTHON:
             try:
@@ -343,7 +365,7 @@ def check_doc(doc: Path) -> list[str]:
             new_body: list[str] = []
             for command, expected, actual in zip(commands, shown, got, strict=False):
                 new_body.append(command)
-                if matches(expected, actual, exact):
+                if matches(expected, actual, exact, unordered):
                     new_body += expected.rstrip("\n").split("\n") if expected.strip() else []
                 else:
                     problems.append(_mismatch(where, command, expected, actual))
@@ -359,7 +381,7 @@ def check_doc(doc: Path) -> list[str]:
                     + actual[:2000]
                 )
             continue
-        if not matches(block.output.body, actual, exact):
+        if not matches(block.output.body, actual, exact, unordered):
             problems.append(_mismatch(where, "", block.output.body, actual))
             new = actual.rstrip("\n").split("\n")
             replace.append((block.output.start + 1, block.output.end, new))
@@ -407,6 +429,12 @@ def test_normalise_keeps_names_and_tree_and_drops_numbers() -> None:
     assert not matches("4 0.03", "5 0.03", exact=True)
     assert matches("#1 · 0.00 s wall at 0x7f", "#1 · 0.02 s wall at 0x55", exact=True)
     assert matches("memory: host rss 2.1 GB", "memory: host rss 412 MB", exact=True)
+    tree = "├── data 6.1\n├── backward 3.4\n└── zero_grad 0.9"
+    swapped = "├── backward 3.1\n├── zero_grad 1.2\n└── data 0.4"
+    assert matches(tree, swapped, unordered=True)
+    assert not matches(tree, swapped, unordered=False)
+    assert not matches(tree, swapped.replace("data", "clip"), unordered=True)
+    assert not matches(tree, swapped + "\n└── clip 0.1", unordered=True)
 
 
 def test_markers_accept_only_the_listed_reasons() -> None:
