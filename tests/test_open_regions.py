@@ -4,13 +4,16 @@ open; the interval it closes in gets only the remainder. Exact, with a fake cloc
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import instrument
 from instrument import Report
 from instrument.sinks import InMemory
-from instrument.testing import FakeClock
+from instrument.testing import FakeClock, use_clock
 
 
 def check_consistent(report: Report) -> None:
@@ -42,7 +45,8 @@ def test_train_region_around_the_loop_issue_example(clock: FakeClock) -> None:
     first, last = sink.reports
     check_consistent(first)
     train = first["train"]
-    assert train.open and (train.count, train.total) == (0, pytest.approx(0.009))
+    assert train.open
+    assert (train.count, train.total) == (0, pytest.approx(0.009))
     assert train.self == pytest.approx(0.001)  # the untimed millisecond inside "train"
     assert first["train/forward"].total == pytest.approx(0.004)
     assert first.other == pytest.approx(0.0)
@@ -110,9 +114,7 @@ def test_nested_open_regions_split_over_intervals_without_double_counting(
         check_consistent(report)
     # over all intervals each region's totals add up to its real time, once
     assert sum(r["train"].total for r in reports if "train" in r) == pytest.approx(15.75)
-    assert sum(r["train/epoch"].total for r in reports if "train/epoch" in r) == pytest.approx(
-        15.5
-    )
+    assert sum(r["train/epoch"].total for r in reports if "train/epoch" in r) == pytest.approx(15.5)
     assert sum(r["train/epoch/work"].total for r in reports if "train/epoch/work" in r) == 10
     assert sum(r["train"].count for r in reports if "train" in r) == 1
     assert sum(r["train/epoch"].count for r in reports if "train/epoch" in r) == 2
@@ -120,7 +122,8 @@ def test_nested_open_regions_split_over_intervals_without_double_counting(
     for report in reports:
         if report.step_time is not None:
             assert report["train"].total == pytest.approx(report.step_time.total)
-    assert all(r["train"].open for r in reports[:-1]) and not reports[-1]["train"].open
+    assert all(r["train"].open for r in reports[:-1])
+    assert not reports[-1]["train"].open
 
 
 def test_nested_open_regions_exact_per_interval(clock: FakeClock) -> None:
@@ -186,11 +189,16 @@ def test_a_region_reopened_after_closing_is_split_per_call(clock: FakeClock) -> 
 def test_exception_in_open_region_still_splits_cleanly(clock: FakeClock) -> None:
     sink = InMemory()
     reporter = instrument.Reporter(every=None, sinks=[sink])
-    with pytest.raises(KeyError), instrument.timed("epoch"):
-        clock.advance(1.0)
-        reporter.flush()
-        clock.advance(2.0)
-        raise KeyError("x")
+
+    def failing_epoch() -> None:
+        with instrument.timed("epoch"):
+            clock.advance(1.0)
+            reporter.flush()
+            clock.advance(2.0)
+            raise KeyError("x")
+
+    with pytest.raises(KeyError):
+        failing_epoch()
     reporter.flush()
     assert [(r["epoch"].count, r["epoch"].total) for r in sink.reports] == [(0, 1.0), (1, 2.0)]
 
@@ -219,7 +227,8 @@ def test_region_open_in_another_thread_is_reported_whole_when_it_ends(clock: Fak
     assert done.wait(10)
     thread.join()
     second = reporter.flush()
-    assert "loader" not in first and first["loader/read"].total == 1.0
+    assert "loader" not in first
+    assert first["loader/read"].total == 1.0
     assert (first["main"].open, first["main"].total) == (True, 2.0)
     loader = second["loader"]
     assert (loader.open, loader.count, loader.total) == (False, 1, 3.0)  # whole, once
@@ -238,3 +247,63 @@ def test_open_marker_round_trips_and_renders(clock: FakeClock) -> None:
     assert not Report.from_dict(reporter.flush().to_dict())["epoch"].open
     line = next(line for line in report.render().splitlines() if "epoch" in line)
     assert line.split() == ["epoch", "(open)", "1500.000", "100.0", "0"]  # no per-call figures
+
+
+# -- random trees with flushes anywhere: consistent intervals, conservation over all ------
+
+names = st.sampled_from(["a", "b", "c"])
+micros = st.integers(min_value=0, max_value=5_000)
+blocks = st.recursive(
+    st.tuples(names, micros, st.just([]), micros, st.booleans(), st.booleans()),
+    lambda inner: st.tuples(
+        names, micros, st.lists(inner, max_size=3), micros, st.booleans(), st.booleans()
+    ),
+    max_leaves=12,
+)
+
+
+def _run_block(
+    block: Any, clock: FakeClock, reporter: instrument.Reporter, path: str, truth: dict[str, int]
+) -> None:
+    name, pre, children, post, flush_inside, as_decorator = block
+    full = f"{path}/{name}" if path else name
+
+    def body() -> None:
+        clock.advance(pre * 1e-6)
+        if flush_inside:
+            instrument.step()
+            reporter.flush()
+        for child in children:
+            _run_block(child, clock, reporter, full, truth)
+        clock.advance(post * 1e-6)
+
+    start = clock.now_ns()
+    if as_decorator:
+        instrument.timed(name)(body)()
+    else:
+        with instrument.timed(name):
+            body()
+    truth[full] = truth.get(full, 0) + clock.now_ns() - start
+
+
+@settings(max_examples=60, deadline=None)
+@given(tree=st.lists(blocks, min_size=1, max_size=3))
+def test_random_trees_flushed_anywhere_stay_consistent_and_conserve_time(
+    tree: list[Any],
+) -> None:
+    instrument.testing.reset()
+    clock = FakeClock()
+    with use_clock(clock):
+        sink = InMemory()
+        reporter = instrument.Reporter(every=None, sinks=[sink])
+        truth: dict[str, int] = {}
+        for block in tree:
+            _run_block(block, clock, reporter, "", truth)
+        instrument.step()
+        reporter.close()
+    for report in sink.reports:
+        check_consistent(report)
+    for path, ns in truth.items():
+        seen = sum(r[path].total for r in sink.reports if path in r)
+        assert seen == pytest.approx(ns / 1e9, abs=1e-9), path
+    assert all(not n.open for n in sink.reports[-1].nodes)
