@@ -51,11 +51,7 @@ def in_bad_fork() -> bool:
 
 def cuda_ready() -> bool:
     """True when CUDA is available *and* already initialised in this process."""
-    return (
-        cuda.is_available()
-        and cuda.is_initialized()
-        and not in_bad_fork()
-    )
+    return cuda.is_available() and cuda.is_initialized() and not in_bad_fork()
 
 
 def check_clock(clock: object) -> None:
@@ -116,7 +112,8 @@ class EventPool:
                 return free.pop()
             except IndexError:  # another thread took the last one
                 pass
-        return cuda.Event(enable_timing=True)
+        event: torch.cuda.Event = cuda.Event(enable_timing=True)
+        return event
 
     def release(self, device: int, events: list[torch.cuda.Event]) -> None:
         """Give resolved events back for reuse."""

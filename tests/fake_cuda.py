@@ -63,7 +63,7 @@ class FakeCuda:
     def synchronize(self) -> None:
         self.device_syncs += 1
 
-    def Event(self, enable_timing: bool = False) -> FakeEvent:  # noqa: N802 - torch's name
+    def Event(self, enable_timing: bool = False) -> FakeEvent:
         assert enable_timing
         self.created += 1
         return FakeEvent(self)

@@ -35,9 +35,7 @@ def gpu() -> Iterator[FakeCuda]:
     instrument.configure(clock="auto")
 
 
-def _run(
-    host: FakeClock, gpu: FakeCuda, *, host_s: float, gpu_s: float, name: str = "fwd"
-) -> None:
+def _run(host: FakeClock, gpu: FakeCuda, *, host_s: float, gpu_s: float, name: str = "fwd") -> None:
     with instrument.timed(name):
         host.advance(host_s)
         gpu.gpu.advance(gpu_s)
@@ -122,7 +120,8 @@ def test_auto_clock_turns_to_cuda_at_the_flush_after_cuda_initialises(
     reporter = instrument.Reporter(every=None, memory=False)
     _run(host, gpu, host_s=0.001, gpu_s=0.004, name="auto")
     gpu.initialized = True  # e.g. the model moved to the GPU
-    _run(host, gpu, host_s=0.001, gpu_s=0.004, name="auto")  # still host: resolved once, not per call
+    # still host: "auto" is resolved once, not per call
+    _run(host, gpu, host_s=0.001, gpu_s=0.004, name="auto")
     first = reporter.flush()  # the flush re-resolves "auto"
     assert (first["auto"].clock, first["auto"].device, gpu.records) == ("cpu", None, 0)
     _run(host, gpu, host_s=0.001, gpu_s=0.004, name="auto")
