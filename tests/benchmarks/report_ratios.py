@@ -122,18 +122,27 @@ def _ns(value: float) -> str:
 
 def paired_group_table(group: str, rows: Sequence[Row]) -> str:
     """A paired group's markdown table (ratios measured round by round)."""
+    base = next((r for r in rows if r.baseline), None)
+    floor = next((r for r in rows if r.floor), None)
     lines = [
         f"### {group} (paired: baseline and contenders interleaved in each round)",
         "",
         "| label | ns/op (min) | ns/op (median) | ratio to baseline (median of rounds) "
-        "| ratio of mins | rounds | note |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| ratio of mins |"
+        + (" added above floor (min), ratio |" if floor else "")
+        + " rounds | note |",
+        "|---|---:|---:|---:|---:|" + ("---:|" if floor else "") + "---:|---|",
     ]
     for row in rows:
         ratio = "1.00 (baseline)" if row.baseline else f"{row.ratio_median:.2f}"
+        added = ""
+        if floor is not None and base is not None:
+            above, base_above = row.min_ns - floor.min_ns, base.min_ns - floor.min_ns
+            share = f"{above / base_above:.2f}" if base_above > 0 and row is not floor else "—"
+            added = f" {_ns(above)} ns, {share} |"
         lines.append(
             f"| {row.label} | {_ns(row.min_ns)} | {_ns(row.median_ns)} | {ratio} "
-            f"| {row.ratio_min:.2f} | {row.rounds} | {row.note} |"
+            f"| {row.ratio_min:.2f} |{added} {row.rounds} | {row.note} |"
         )
     return "\n".join(lines)
 
