@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from instrument.stats import Accumulator, Stats
+from instrument.stats import NBUCKETS, Accumulator, Stats, bucket_counts
 
 
 def test_exact_count_total_min_max_std() -> None:
@@ -100,3 +100,12 @@ def test_to_stats_extra_moves_only_the_total() -> None:
     assert acc.to_stats(-(10**12)).total == 0.0  # never below zero
     assert Accumulator().to_stats(2_000_000_000) == Stats(0, 2.0, 0, 0, 0, 0, 0, 0, 0)
     assert Accumulator().to_stats(-5) == Stats.empty()
+
+
+def test_negative_durations_count_as_zero_and_huge_ones_share_the_last_bucket() -> None:
+    acc = Accumulator()
+    acc.add_batch([-5, 3])  # a clock swapped mid-region
+    assert (acc.count, acc.total, acc.min, acc.max, acc.sumsq) == (2, 3, 0, 3, 9)
+    assert bucket_counts([0, 0]) == {0: 2}
+    assert bucket_counts([2**60, 2**61]) == {NBUCKETS - 1: 2}  # beyond ~68 h: one bucket
+    assert Stats.empty() == Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
