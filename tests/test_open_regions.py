@@ -307,3 +307,37 @@ def test_random_trees_flushed_anywhere_stay_consistent_and_conserve_time(
         seen = sum(r[path].total for r in sink.reports if path in r)
         assert seen == pytest.approx(ns / 1e9, abs=1e-9), path
     assert all(not n.open for n in sink.reports[-1].nodes)
+
+
+def test_a_flush_from_another_thread_keeps_the_carry_of_this_threads_open_call(
+    clock: FakeClock,
+) -> None:
+    sink = InMemory()
+    reporter = instrument.Reporter(every=None, sinks=[sink])
+    with instrument.timed("epoch"):
+        clock.advance(1.0)
+        reporter.flush()  # split here: 1 s reported
+        clock.advance(2.0)
+        other = threading.Thread(target=reporter.flush)  # cannot see "epoch"
+        other.start()
+        other.join()
+        clock.advance(4.0)
+    reporter.flush()
+    totals = [r["epoch"].total for r in sink.reports if "epoch" in r]
+    assert totals == [1.0, 6.0]  # 7 s in all, once: the carry survived the other flush
+
+
+def test_an_abandoned_open_call_leaves_no_carry_behind(clock: FakeClock) -> None:
+    from instrument.region import abandon
+
+    reporter = instrument.Reporter(every=None)
+    data = instrument.timer("data")
+    data.start()
+    clock.advance(1.0)
+    assert reporter.flush()["data"].total == 1.0
+    abandon(data.region)  # e.g. the end of a loader: not a batch, nothing recorded
+    clock.advance(1.0)
+    assert reporter.flush().get("data") is None
+    with instrument.timed("data"):
+        clock.advance(3.0)
+    assert reporter.flush()["data"].total == 3.0
