@@ -3,6 +3,10 @@
 A region reads the host clock on enter and exit. On the ``"cuda"`` clock it also records a
 CUDA event at each end on the current stream — recording never waits for the device — and
 the pair is resolved at flush time, in one pass, after which the events go back to the pool.
+
+Every CUDA call the clocks, the registry and the regions make goes through :data:`cuda`
+(``torch.cuda`` itself), so the project's tests drive the same code with a fake device on
+machines without a GPU (``tests/fake_cuda.py``).
 """
 
 from __future__ import annotations
@@ -11,11 +15,15 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 CLOCKS = ("auto", "cpu", "cuda", "sync")
+
+#: The CUDA API used for events, devices and synchronization: ``torch.cuda`` (a seam:
+#: tests swap in a fake with the same few functions and an ``Event`` type).
+cuda: Any = torch.cuda
 
 
 @runtime_checkable
@@ -38,16 +46,12 @@ def _warn_once(key: str, message: str) -> None:
 def in_bad_fork() -> bool:
     """True in a process forked after its parent initialised CUDA (a DataLoader worker, say):
     CUDA cannot be used there, so every region runs on the host clock."""
-    return bool(torch.cuda._is_in_bad_fork())
+    return bool(cuda._is_in_bad_fork())
 
 
 def cuda_ready() -> bool:
     """True when CUDA is available *and* already initialised in this process."""
-    return (
-        torch.cuda.is_available()
-        and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        and not in_bad_fork()
-    )
+    return cuda.is_available() and cuda.is_initialized() and not in_bad_fork()
 
 
 def check_clock(clock: object) -> None:
@@ -79,7 +83,7 @@ def resolve(clock: object, *, warn: bool = True) -> tuple[str, Callable[[], int]
         return ("cuda" if cuda_ready() else "cpu"), time.perf_counter_ns
     if clock in ("cuda", "sync") and in_bad_fork():
         return "cpu", time.perf_counter_ns
-    if clock in ("cuda", "sync") and not torch.cuda.is_available():
+    if clock in ("cuda", "sync") and not cuda.is_available():
         if warn:
             _warn_once(
                 clock,
@@ -102,13 +106,14 @@ class EventPool:
 
     def acquire(self) -> torch.cuda.Event:
         """An event for the current device (new if the pool is empty)."""
-        free = self._free.get(torch.cuda.current_device())
+        free = self._free.get(cuda.current_device())
         if free:
             try:
                 return free.pop()
             except IndexError:  # another thread took the last one
                 pass
-        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        event: torch.cuda.Event = cuda.Event(enable_timing=True)
+        return event
 
     def release(self, device: int, events: list[torch.cuda.Event]) -> None:
         """Give resolved events back for reuse."""
@@ -155,7 +160,7 @@ def release_pair(pair: EventPair) -> None:
 
 def synchronize() -> None:
     """Wait for the current device (the ``"sync"`` clock, at both ends of a region)."""
-    torch.cuda.synchronize()
+    cuda.synchronize()
 
 
 def wall_time() -> float:

@@ -28,7 +28,6 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
-import torch
 import wrapt
 
 from instrument import _state, clocks, observe, registry
@@ -144,7 +143,7 @@ def _close(frame: Frame) -> None:
     _unlink(frame)
     node = frame[0]
     if end_event is not None:
-        registry.pending.append((node, start_event, end_event, torch.cuda.current_device()))
+        registry.pending.append((node, start_event, end_event, clocks.cuda.current_device()))
     node.add(t1 - frame[1])
 
 
@@ -815,6 +814,6 @@ class Span:
             return
         if self._event is not None:
             registry.pending.append(
-                (node, self._event, clocks.record_event(), torch.cuda.current_device())
+                (node, self._event, clocks.record_event(), clocks.cuda.current_device())
             )
         node.add(self._now() - self._t0)

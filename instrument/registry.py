@@ -13,6 +13,12 @@ that had already read a buffer when it was swapped may still append to it: each
 swapped-out buffer is kept ("retired") and its tail is read at the next swap, so a record
 lands in this report or the next, never nowhere.
 
+A region still open at a flush in the flushing thread (an ``epoch`` or ``train`` region
+around the loop) is reported for its time inside the interval, marked open; the time
+reported for each such call is *carried* (``_carried``), and the interval in which the call
+finally closes gets its full duration minus that carry. Nothing is registered on enter:
+the flush reads the open calls from the flushing context's frame stack.
+
 Device (CUDA event) timings wait in ``pending`` until the flush resolves them in one pass.
 Collectives also count the bytes they moved (``add_bytes``, off the region hot path), and a
 path timed *concurrently* with its siblings — an async collective, DDP's gradient
@@ -194,16 +200,73 @@ def walk(node: PathNode = ROOT) -> Iterator[PathNode]:
 
 @dataclass(frozen=True)
 class Collected:
-    """What one path recorded during an interval."""
+    """What one path recorded during an interval.
+
+    ``adjust_ns`` is added to the path's total (host and device): the time inside this
+    interval of its calls still open at the flush, minus the time already reported for
+    calls that were open at an earlier flush and closed in this interval. ``open`` says a
+    call of the path was still open at the flush.
+    """
 
     node: PathNode
     host: Accumulator
     device: Accumulator | None
     bytes: int = 0
+    adjust_ns: int = 0
+    open: bool = False
 
 
-def collect() -> list[Collected]:
-    """Snapshot and reset every path; resolve pending device events.
+#: One call open at a flush: (path node, start ns, the flush's time on the region's clock).
+OpenCall = tuple[PathNode, int, int]
+
+#: Host time (ns) already reported for calls open at an earlier flush, by
+#: (thread id of that flush, node, start ns). Only touched by collect() and clear().
+_carried: dict[tuple[int, PathNode, int], int] = {}
+
+
+def open_calls(top: Any) -> list[OpenCall]:
+    """The calls open in a context, innermost first, from its top frame
+    ``(node, t0, parent_frame, owner, event)`` (``instrument.region``'s frame stack), each
+    with the current time of its region's clock."""
+    out: list[OpenCall] = []
+    frame = top
+    while frame is not None and frame[2] is not None:  # the root frame has no parent
+        owner = frame[3]
+        out.append((frame[0], frame[1], owner._now()))
+        frame = frame[2]
+    return out
+
+
+def _split_open(
+    open_now: list[OpenCall], host: dict[PathNode, Accumulator]
+) -> tuple[dict[PathNode, int], set[PathNode]]:
+    """Per node: ns to add to this interval's total for calls open now or closed since an
+    earlier flush (see :class:`Collected`), and the nodes with a call open now."""
+    global _carried
+    thread = threading.get_ident()
+    adjust: dict[PathNode, int] = {}
+    carried: dict[tuple[int, PathNode, int], int] = {}
+    for node, t0, now in open_now:
+        key = (thread, node, t0)
+        span = max(now - t0, 0)
+        reported = _carried.pop(key, 0)
+        adjust[node] = adjust.get(node, 0) + max(span - reported, 0)
+        carried[key] = max(span, reported)
+    for key, reported in _carried.items():
+        if key[0] != thread:  # open in a context this flush cannot see: keep for later
+            carried[key] = reported
+            continue
+        node = key[1]  # closed since: its record holds the full duration
+        acc = host.get(node)
+        if acc is not None and acc.count:  # (none: abandoned, nothing recorded)
+            adjust[node] = adjust.get(node, 0) - min(reported, acc.total)
+    _carried = carried
+    return adjust, {call[0] for call in open_now}
+
+
+def collect(open_now: list[OpenCall] | None = None) -> list[Collected]:
+    """Snapshot and reset every path; resolve pending device events; split the calls in
+    ``open_now`` (:func:`open_calls` of the flushing context) at this flush.
 
     Paths come in tree order (parents first, siblings by creation).
     """
@@ -224,6 +287,7 @@ def collect() -> list[Collected]:
             late = _pending_retired[_pending_retired_len:]
         batch = late + events[:]
         _pending_retired, _pending_retired_len = events, len(batch) - len(late)
+        adjust, opened = _split_open(open_now or [], host)
     device = _resolve(batch)
     return [
         Collected(
@@ -231,9 +295,11 @@ def collect() -> list[Collected]:
             host[node] if node in host else Accumulator(),
             device.get(node),
             moved.get(node, 0),
+            adjust.get(node, 0),
+            node in opened,
         )
         for node in nodes
-        if node in host or node in device
+        if node in host or node in device or node in opened or adjust.get(node)
     ]
 
 
@@ -266,6 +332,7 @@ def clear() -> None:
         pending = []
         _bytes = {}
         _pending_retired, _pending_retired_len = None, 0
+        _carried.clear()
 
 
 #: CUDA objects a forked child inherited: kept, never destroyed there (destroying a CUDA

@@ -61,6 +61,13 @@ class Node:
     its ``wait()``): its time is not subtracted from the parent's ``self``. ``ranks`` holds
     the path's total across ranks (``Reporter(ranks="max" | "minmax" | "all")`` in a process
     group); the statistics above stay this rank's (empty where this rank never ran it).
+
+    ``open`` marks a region still running at the flush (an ``epoch`` around the loop): its
+    ``total`` and ``self`` are its time inside this interval. A call split over intervals
+    adds to ``total`` in each only its time inside that interval, and counts once, in the
+    interval where it ends, where ``count``, ``mean``, ``min``, ``max``, ``std`` and the
+    percentiles describe whole calls (its full duration). So a region open all interval
+    has ``count`` 0, and ``mean`` can exceed ``total`` in the interval where it ends.
     """
 
     path: str
@@ -72,6 +79,7 @@ class Node:
     bytes: int = 0
     concurrent: bool = False
     ranks: RankStats | None = None
+    open: bool = False
 
     @property
     def name(self) -> str:
@@ -184,6 +192,7 @@ class Node:
             "device": None if self.device is None else self.device.to_dict(),
             "bytes": self.bytes,
             "concurrent": self.concurrent,
+            "open": self.open,
             "ranks": None if self.ranks is None else self.ranks.to_dict(),
         }
 
@@ -201,6 +210,7 @@ class Node:
             bytes=int(data.get("bytes", 0)),
             concurrent=bool(data.get("concurrent", False)),
             ranks=None if data.get("ranks") is None else RankStats.from_dict(data["ranks"]),
+            open=bool(data.get("open", False)),
         )
 
 

@@ -299,7 +299,9 @@ class Reporter:
 
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
-        collected = registry.collect()
+        from instrument import region
+
+        collected = registry.collect(registry.open_calls(region._get()))
         steps, step_ns = self._steps, self._step_ns
         rates = self._throughput(step_ns)
         memory = self._memory.sample() if self._memory is not None else {}
@@ -510,8 +512,8 @@ def build_report(
     :func:`registry.collect` gives them) into a normalized :class:`Report`."""
     kept = [item for item in collected if level is None or not _above_level(item.node, level)]
 
-    def frozen(acc: Accumulator) -> Stats:
-        return acc.to_stats()
+    def frozen(acc: Accumulator, adjust_ns: int) -> Stats:
+        return acc.to_stats(adjust_ns)
 
     def scale(stats: Stats) -> Stats:
         if normalizer == "steps":
@@ -524,8 +526,10 @@ def build_report(
     host: dict[str, Stats] = {}
     device: dict[str, Stats | None] = {}
     for item in kept:
-        host[item.node.path] = scale(frozen(item.host))
-        device[item.node.path] = None if item.device is None else scale(frozen(item.device))
+        host[item.node.path] = scale(frozen(item.host, item.adjust_ns))
+        device[item.node.path] = (
+            None if item.device is None else scale(frozen(item.device, item.adjust_ns))
+        )
 
     child_total: dict[str, float] = {}
     for item in kept:
@@ -550,6 +554,7 @@ def build_report(
                 level=item.node.level,
                 bytes=item.bytes,
                 concurrent=item.node in registry.concurrent,
+                open=item.open,
             )
         )
 

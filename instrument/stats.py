@@ -11,6 +11,7 @@ numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import struct
@@ -143,16 +144,19 @@ class Accumulator:
             out.append(float(min(max((lower + upper) / 2, self.min), self.max)))
         return out
 
-    def to_stats(self) -> Stats:
-        """Freeze into a :class:`Stats` in seconds."""
+    def to_stats(self, extra_ns: int = 0) -> Stats:
+        """Freeze into a :class:`Stats` in seconds; ``extra_ns`` is added to the total only
+        (the open-region split of an interval: time that belongs to no finished call here, or
+        minus time reported earlier). The total never goes below 0."""
         n = self.count
         if not n:
-            return Stats.empty()
+            empty = Stats.empty()
+            return empty if extra_ns <= 0 else dataclasses.replace(empty, total=extra_ns / 1e9)
         variance = (n * self.sumsq - self.total * self.total) / (n * n)  # exact integers
         p50, p90, p99 = (v / 1e9 for v in self.quantiles(QUANTILES))
         return Stats(
             count=n,
-            total=self.total / 1e9,
+            total=max(self.total + extra_ns, 0) / 1e9,
             mean=self.total / n / 1e9,
             min=self.min / 1e9,
             max=self.max / 1e9,

@@ -56,14 +56,16 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
     def add(node: Node, parent: str, prefix: str, last: bool, parent_total: float | None) -> None:
         branch = (elbow if last else tee) if prefix is not None else ""
         suffix = " (async)" if node.concurrent and not node.path.endswith("(async)") else ""
+        suffix += " (open)" if node.open else ""
+        finished = node.count > 0  # an open region with no finished call has no per-call figures
         out.append(
             Row(
                 label=f"{prefix or ''}{branch}{_label_name(node, parent)}{suffix}",
                 total=node.total,
                 percent=_percent(node.total, parent_total),
                 count=node.count,
-                mean=node.mean,
-                max=node.max,
+                mean=node.mean if finished else None,
+                max=node.max if finished else None,
                 host=node.host.total if has_device else None,
                 bytes=node.bytes or None,
                 rank_min=node.rank_min,

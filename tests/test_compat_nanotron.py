@@ -446,7 +446,7 @@ def test_cuda_timer_falls_back_to_cpu_and_warns_once() -> None:
     with timer:
         pass
     assert timer.call_count == 1
-    assert timer.total_time >= 0.0
+    assert timer.total_time == timer.elapsed > 0.0  # the one CPU interval, really timed
 
 
 # -- CUDA events ------------------------------------------------------------------------

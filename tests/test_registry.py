@@ -12,6 +12,8 @@ import pytest
 
 import instrument
 from instrument import registry
+from instrument._native import speedups
+from instrument.testing import FakeClock
 
 
 @pytest.fixture
@@ -137,3 +139,21 @@ def test_forked_child_starts_empty(reporter: instrument.Reporter) -> None:
     os.waitpid(pid, 0)
     assert child_paths == "('child',)"
     assert reporter.flush().paths() == ("parent",)
+
+
+@pytest.mark.skipif(speedups is not None, reason="the C path records in place, with no buffer")
+def test_a_record_appended_after_a_flush_swapped_its_buffer_lands_in_the_next_report(
+    clock: FakeClock, reporter: instrument.Reporter
+) -> None:
+    """The pure-Python hot path loads ``node.buf`` and then appends; a flush in between
+    swaps the buffer out. The append still lands — in the next report, never nowhere."""
+    with instrument.timed("x"):
+        clock.advance(1.0)
+    node = registry.ROOT.children["x"]
+    held = node.buf  # what a recording thread holds when the flush swaps it
+    first = reporter.flush()
+    held.append(2_000_000_000)  # that thread's append, after the swap
+    second = reporter.flush()
+    assert (first["x"].count, first["x"].total) == (1, 1.0)
+    assert (second["x"].count, second["x"].total) == (1, 2.0)
+    assert reporter.flush().get("x") is None  # and only once

@@ -141,7 +141,9 @@ def test_level_filter_hides_children_of_a_filtered_region_still_open_at_flush(
     with instrument.timed("a"), instrument.timed("fine", level=1):
         with instrument.timed("inner"):
             clock.advance(1.0)
-        assert filtered.flush().paths() == ()  # "a/fine" is open: only its child has records
+        first = filtered.flush()  # "a/fine" is open and filtered out, with its child
+    assert first.paths() == ("a",)
+    assert (first["a"].open, first["a"].total) == (True, 1.0)
     assert filtered.flush().paths() == ("a",)
     filtered.close()
 
@@ -182,9 +184,12 @@ def test_flush_inside_an_open_region(clock: FakeClock, reporter: instrument.Repo
         with instrument.timed("inner"):
             clock.advance(1.0)
         early = reporter.flush()
-    assert early.paths() == ("outer/inner",)
-    assert "inner" in early.render()
-    assert reporter.flush().paths() == ("outer",)
+    assert early.paths() == ("outer", "outer/inner")
+    assert (early["outer"].open, early["outer"].total, early["outer"].self) == (True, 1.0, 0.0)
+    assert "outer (open)" in early.render()
+    late = reporter.flush()
+    assert late.paths() == ("outer",)
+    assert (late["outer"].open, late["outer"].count, late["outer"].total) == (False, 1, 0.0)
 
 
 @pytest.mark.parametrize(

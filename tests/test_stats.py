@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from instrument.stats import Accumulator, Stats
+from instrument.stats import NBUCKETS, Accumulator, Stats, bucket_counts
 
 
 def test_exact_count_total_min_max_std() -> None:
@@ -47,7 +48,7 @@ def test_histogram_size_is_independent_of_calls() -> None:
 
 
 @given(
-    st.lists(st.integers(min_value=0, max_value=10**12), min_size=1, max_size=50),
+    st.lists(st.integers(min_value=0, max_value=10**12), min_size=0, max_size=50),
     st.lists(st.integers(min_value=0, max_value=10**12), min_size=1, max_size=50),
 )
 def test_merge_equals_one_accumulator(a: list[int], b: list[int]) -> None:
@@ -82,3 +83,29 @@ def test_quantiles_are_within_a_bucket_of_the_exact_ones(values: list[int]) -> N
         exact = ordered[max(0, math.ceil(q * len(values)) - 1)]
         # the estimate is the middle of exact's bucket (<= 12.5 % wide), clamped to [min, max]
         assert abs(estimate - exact) <= max(0.0625 * exact, 1.0)
+
+
+def test_scaled_multiplies_every_time_and_keeps_the_count() -> None:
+    stats = Stats(4, 8.0, 2.0, 1.0, 3.0, 0.5, 2.0, 2.5, 3.0)
+    assert stats.scaled(0.25) == Stats(4, 2.0, 0.5, 0.25, 0.75, 0.125, 0.5, 0.625, 0.75)
+
+
+def test_to_stats_extra_moves_only_the_total() -> None:
+    acc = Accumulator()
+    acc.add_batch([1_000_000_000, 3_000_000_000])
+    whole = acc.to_stats()
+    split = acc.to_stats(-1_500_000_000)  # 1.5 s of these calls were reported earlier
+    assert split.total == 2.5
+    assert split == dataclasses.replace(whole, total=2.5)
+    assert acc.to_stats(-(10**12)).total == 0.0  # never below zero
+    assert Accumulator().to_stats(2_000_000_000) == Stats(0, 2.0, 0, 0, 0, 0, 0, 0, 0)
+    assert Accumulator().to_stats(-5) == Stats.empty()
+
+
+def test_negative_durations_count_as_zero_and_huge_ones_share_the_last_bucket() -> None:
+    acc = Accumulator()
+    acc.add_batch([-5, 3])  # a clock swapped mid-region
+    assert (acc.count, acc.total, acc.min, acc.max, acc.sumsq) == (2, 3, 0, 3, 9)
+    assert bucket_counts([0, 0]) == {0: 2}
+    assert bucket_counts([2**60, 2**61]) == {NBUCKETS - 1: 2}  # beyond ~68 h: one bucket
+    assert Stats.empty() == Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)

@@ -9,24 +9,24 @@ Each benchmark times a loop of ``INNER`` operations per round, so the timer's ow
 is spread over many operations; ``report_ratios.py`` divides by the loop count it finds
 in ``extra_info["inner"]`` and compares each row with the row marked as its group's
 baseline (``extra_info["baseline"]``).
+
+A group whose figures are ratios to a baseline is measured with ``paired``: every round
+runs the baseline and each contender once, in an order that rotates from round to round,
+and a contender's ratio is the median of its per-round ratios — separately measured rows
+drift by 20-30 % between runs on a shared 2-core machine, interleaved ones do not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
+from paired import INNER, ROUNDS, WARMUP_ROUNDS, Contender, run_paired
 
 import instrument
 import instrument.testing
-
-#: Operations per timed round (the loop inside each benchmarked function).
-INNER = 1000
-#: Timed rounds per benchmark, and untimed warm-up rounds before them.
-ROUNDS = 300
-WARMUP_ROUNDS = 30
 
 _HERE = Path(__file__).resolve().parent
 
@@ -72,6 +72,32 @@ def measure(benchmark: Any) -> Measure:
         benchmark.pedantic(
             fn, setup=setup_round, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1
         )
+
+    return run
+
+
+class Paired(Protocol):
+    """The ``paired`` fixture: time contenders interleaved, round by round."""
+
+    def __call__(
+        self, contenders: Sequence[Contender], *, rounds: int = ..., warmup_rounds: int = ...
+    ) -> dict[str, list[float]]: ...
+
+
+@pytest.fixture
+def paired(benchmark: Any) -> Paired:
+    """Run :func:`run_paired` and store its rows in the benchmark's ``extra_info``."""
+
+    def run(
+        contenders: Sequence[Contender],
+        *,
+        rounds: int = ROUNDS,
+        warmup_rounds: int = WARMUP_ROUNDS,
+    ) -> dict[str, list[float]]:
+        summary, per_op = run_paired(contenders, rounds=rounds, warmup_rounds=warmup_rounds)
+        benchmark.extra_info.update(paired_rows=summary)
+        benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # a benchmark: skipped by default
+        return per_op
 
     return run
 

@@ -11,12 +11,22 @@ figure least disturbed by a noisy machine) and the median. The ratio compares th
 min-based figure with the group's baseline row (``extra_info["baseline"]``). A group with a
 *floor* row (``extra_info["floor"]``: the bare operation) also gets an "added" column: each
 row's cost above the floor divided by the baseline's cost above it.
+
+A *paired* benchmark (``extra_info["paired_rows"]``, see ``paired.py``) timed its baseline
+and contenders interleaved in the same rounds; its table shows the median of the per-round
+ratios, the figure the targets are checked against.
+
+Targets: the table under "## Targets" in ``docs/performance.md`` (the one place they are
+written) — group, row, the highest ratio to the group's baseline it may have, and whether
+it must be cheaper than every peer in its group. The script prints each check and exits
+with status 1 when a measured row misses its target (2 when the targets cannot be read).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -47,6 +57,9 @@ class Row:
     baseline: bool
     note: str
     floor: bool = False
+    peer: bool = False
+    ratio_median: float | None = None  # paired rows: median of per-round ratios
+    ratio_min: float | None = None
 
 
 def load_rows(data: dict[str, Any]) -> list[Row]:
@@ -54,11 +67,30 @@ def load_rows(data: dict[str, Any]) -> list[Row]:
     rows = []
     for bench in data.get("benchmarks", []):
         extra = bench.get("extra_info", {})
+        group = bench.get("group") or extra.get("group") or "(no group)"
+        if "paired_rows" in extra:
+            rows.extend(
+                Row(
+                    group=group,
+                    label=str(r["label"]),
+                    min_ns=float(r["min_ns"]),
+                    median_ns=float(r["median_ns"]),
+                    rounds=int(r["rounds"]),
+                    baseline=bool(r["baseline"]),
+                    note=str(r.get("note", "")),
+                    floor=bool(r.get("floor", False)),
+                    peer=bool(r.get("peer", False)),
+                    ratio_median=float(r["ratio_median"]),
+                    ratio_min=float(r["ratio_min"]),
+                )
+                for r in extra["paired_rows"]
+            )
+            continue
         stats = bench["stats"]
         inner = int(extra.get("inner", 1)) or 1
         rows.append(
             Row(
-                group=bench.get("group") or extra.get("group") or "(no group)",
+                group=group,
                 label=str(extra.get("label") or bench["name"]),
                 min_ns=stats["min"] * 1e9 / inner,
                 median_ns=stats["median"] * 1e9 / inner,
@@ -88,8 +120,37 @@ def _ns(value: float) -> str:
     return f"{value:.1f}"
 
 
+def paired_group_table(group: str, rows: Sequence[Row]) -> str:
+    """A paired group's markdown table (ratios measured round by round)."""
+    base = next((r for r in rows if r.baseline), None)
+    floor = next((r for r in rows if r.floor), None)
+    lines = [
+        f"### {group} (paired: baseline and contenders interleaved in each round)",
+        "",
+        "| label | ns/op (min) | ns/op (median) | ratio to baseline (median of rounds) "
+        "| ratio of mins |"
+        + (" added above floor (min), ratio |" if floor else "")
+        + " rounds | note |",
+        "|---|---:|---:|---:|---:|" + ("---:|" if floor else "") + "---:|---|",
+    ]
+    for row in rows:
+        ratio = "1.00 (baseline)" if row.baseline else f"{row.ratio_median:.2f}"
+        added = ""
+        if floor is not None and base is not None:
+            above, base_above = row.min_ns - floor.min_ns, base.min_ns - floor.min_ns
+            share = f"{above / base_above:.2f}" if base_above > 0 and row is not floor else "—"
+            added = f" {_ns(above)} ns, {share} |"
+        lines.append(
+            f"| {row.label} | {_ns(row.min_ns)} | {_ns(row.median_ns)} | {ratio} "
+            f"| {row.ratio_min:.2f} |{added} {row.rounds} | {row.note} |"
+        )
+    return "\n".join(lines)
+
+
 def table(group: str, rows: Sequence[Row]) -> str:
     """One group's markdown table."""
+    if rows and all(r.ratio_median is not None for r in rows):
+        return paired_group_table(group, rows)
     baselines = [r for r in rows if r.baseline]
     base = baselines[0] if baselines else None
     floor = next((r for r in rows if r.floor), None)
@@ -174,16 +235,94 @@ def render(data: dict[str, Any]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "performance.md"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One line of the targets table."""
+
+    group: str
+    label: str
+    max_ratio: float
+    below_peers: bool
+
+
+def read_targets(markdown: str) -> list[Target]:
+    """The rows of the table under the "## Targets" heading; ``ValueError`` if none."""
+    section = re.search(r"^## Targets\s*$(.*?)(?=^## |\Z)", markdown, re.M | re.S)
+    if section is None:
+        raise ValueError("no '## Targets' section")
+    targets = []
+    for line in section.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not line.lstrip().startswith("|"):
+            continue
+        group, label, ratio, peers = (c.strip("`") for c in cells)
+        try:
+            max_ratio = float(ratio)
+        except ValueError:
+            continue  # the header and separator lines
+        targets.append(Target(group, label, max_ratio, peers.lower() == "yes"))
+    if not targets:
+        raise ValueError("the '## Targets' section has no table rows")
+    return targets
+
+
+def check_targets(rows: Sequence[Row], targets: Sequence[Target]) -> tuple[list[str], bool]:
+    """One line per target (met, missed, or not measured in this run) and whether all the
+    measured ones were met."""
+    lines, ok = [], True
+    for t in targets:
+        group = [r for r in rows if r.group == t.group]
+        row = next((r for r in group if r.label == t.label), None)
+        base = next((r for r in group if r.baseline), None)
+        if row is None or base is None:
+            lines.append(f"not measured: {t.group} / {t.label}")
+            continue
+        ratio = _ratio(row, base)
+        missed = []
+        if ratio > t.max_ratio:
+            missed.append(f"ratio {ratio:.2f} > {t.max_ratio:.2f}")
+        if t.below_peers:
+            missed += [
+                f"not cheaper than {p.label} ({_ratio(p, base):.2f})"
+                for p in group
+                if p.peer and _ratio(p, base) <= ratio
+            ]
+        ok = ok and not missed
+        verdict = "MISSED" if missed else "met"
+        detail = "; ".join(missed) if missed else f"ratio {ratio:.2f} <= {t.max_ratio:.2f}"
+        lines.append(f"{verdict}: {t.group} / {t.label}: {detail}")
+    return lines, ok
+
+
+def _ratio(row: Row, base: Row) -> float:
+    if row.ratio_median is not None:
+        return row.ratio_median
+    return row.min_ns / base.min_ns if base.min_ns > 0 else float("inf")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json_file", type=Path, help="output of pytest --benchmark-json")
+    parser.add_argument(
+        "--targets", type=Path, default=DOCS, help="markdown file with a '## Targets' table"
+    )
     args = parser.parse_args(argv)
     data = json.loads(args.json_file.read_text(encoding="utf-8"))
     if not data.get("benchmarks"):
         print(f"{args.json_file}: no benchmarks in this file", file=sys.stderr)
         return 1
     sys.stdout.write(render(data))
-    return 0
+    try:
+        targets = read_targets(args.targets.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the targets from {args.targets}: {exc}", file=sys.stderr)
+        return 2
+    lines, ok = check_targets(load_rows(data), targets)
+    sys.stdout.write("\n## Targets\n\n" + "".join(f"- {line}\n" for line in lines))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

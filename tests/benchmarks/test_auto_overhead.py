@@ -2,9 +2,9 @@
 
 - ``module-call``: one ``nn.Identity`` call (grad off) with no hooks (the floor), with a
   hand-written pair of forward pre/post hooks that read ``perf_counter_ns`` and append to a
-  dict (the baseline), with ``auto``'s hooks, and with Lightning's record-function hooks
-  (``RegisterRecordFunction``, what its PyTorchProfiler adds per module). The "added"
-  column of ``report_ratios.py`` compares the cost above the floor.
+  list (the baseline), with ``auto``'s hooks, and with Lightning's record-function hooks
+  (``RegisterRecordFunction``, what its PyTorchProfiler adds per module); all interleaved
+  in the same rounds (``paired``).
 - ``mlp-step`` and ``transformer-step``: a whole training step (forward, loss, backward,
   optimizer step, zero_grad) uninstrumented (the baseline), under ``auto`` (reporting every
   50 steps to no sink), under a running ``torch.profiler``, and under Lightning's
@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 from models import TinyLM
+from paired import Contender
 from torch import nn
 
 import instrument
 
 if TYPE_CHECKING:
-    from conftest import Measure
+    from conftest import Measure, Paired
 
 CALLS = 1000  # module calls per round
 STEPS = 10  # training steps per round
@@ -55,49 +56,62 @@ def module_calls(module: nn.Module) -> Callable[[], None]:
     return run
 
 
+def _hand_hooked() -> tuple[nn.Module, list[int]]:
+    """An ``nn.Identity`` with the baseline's hooks: two clock reads and an append into a
+    list made once."""
+    module = nn.Identity()
+    starts: dict[nn.Module, int] = {}
+    times: list[int] = []
+
+    def pre(mod: nn.Module, args: Any) -> None:
+        starts[mod] = perf_counter_ns()
+
+    def post(mod: nn.Module, args: Any, out: Any) -> None:
+        times.append(perf_counter_ns() - starts[mod])
+
+    module.register_forward_pre_hook(pre)
+    module.register_forward_hook(post)
+    return module, times
+
+
 @pytest.mark.benchmark(group="module-call")
-class TestModuleCall:
-    def test_no_hooks(self, measure: Measure) -> None:
-        measure(module_calls(nn.Identity()), label="no hooks (floor)", inner=CALLS, floor=True)
-
-    def test_hand_written_hooks(self, measure: Measure) -> None:
-        module = nn.Identity()
-        starts: dict[nn.Module, int] = {}
-        times: dict[str, list[int]] = {"identity": []}
-
-        def pre(mod: nn.Module, args: Any) -> None:
-            starts[mod] = perf_counter_ns()
-
-        def post(mod: nn.Module, args: Any, out: Any) -> None:
-            times["identity"].append(perf_counter_ns() - starts[mod])
-
-        module.register_forward_pre_hook(pre)
-        module.register_forward_hook(post)
-        measure(
-            module_calls(module),
-            label="hand-written pre/post hooks",
-            setup=times["identity"].clear,
-            inner=CALLS,
-            baseline=True,
-        )
-
-    def test_instrument_auto(self, measure: Measure) -> None:
-        module = nn.Identity()
-        instrument.configure(clock="cpu")
-        handle = instrument.auto(module, every=None, sinks=[], collectives=False)
-        measure(
-            module_calls(module), label="instrument.auto", setup=handle.reporter.flush, inner=CALLS
-        )
-        handle.remove()
-
-    def test_lightning_record_function_hooks(self, measure: Measure) -> None:
-        model = nn.Sequential(nn.Identity())
-        with lightning_hooks(model):
-            measure(
-                module_calls(model[0]),
-                label="Lightning RegisterRecordFunction (no profiler running)",
-                inner=CALLS,
+def test_module_call(paired: Paired) -> None:
+    """One module call: no hooks, hand-written hooks, ``auto``, Lightning's hooks — each on
+    its own ``nn.Identity``, interleaved in the same rounds."""
+    hand, times = _hand_hooked()
+    auto_module = nn.Identity()
+    instrument.configure(clock="cpu")
+    handle = instrument.auto(auto_module, every=None, sinks=[], collectives=False)
+    lightning = nn.Sequential(nn.Identity())
+    with lightning_hooks(lightning) if _has_lightning() else nullcontext():
+        contenders = [
+            Contender(
+                "hand-written pre/post hooks", module_calls(hand), times.clear, CALLS, baseline=True
+            ),
+            Contender("no hooks (floor)", module_calls(nn.Identity()), None, CALLS, floor=True),
+            Contender("instrument.auto", module_calls(auto_module), handle.reporter.flush, CALLS),
+        ]
+        if _has_lightning():
+            contenders.append(
+                Contender(
+                    "Lightning RegisterRecordFunction (no profiler running)",
+                    module_calls(lightning[0]),
+                    None,
+                    CALLS,
+                    peer=True,
+                )
             )
+        paired(contenders)
+    assert len(times) == CALLS
+    handle.remove()
+
+
+def _has_lightning() -> bool:
+    try:
+        import pytorch_lightning.profilers.pytorch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # -- whole steps --------------------------------------------------------------------------

@@ -11,29 +11,35 @@ amortized cost, fold included, not the cost of the append-only rounds. (The C ac
 has no buffer; it updates the statistics on every record.) The rows note which path ran;
 ``INSTRUMENT_NO_EXTENSIONS=1`` forces the pure-Python one.
 
-The peers (DeepSpeed, torchtnt, codetiming, Lightning) are imported with
-``pytest.importorskip``, so this file also runs where they are not installed. Each is
-timed on its host path (no CUDA synchronization, no CUDA events) and its accumulated
-lists are cleared before each round, like instrument's registry.
+The context-manager, decorator and disabled groups are *paired* (see ``conftest.py``): the
+baseline, instrument and the peers run interleaved in the same rounds, and each ratio is
+the median of per-round ratios. The hand-written baselines record into lists made once
+(a ``defaultdict(list)``), so they do only the work they stand for. The peers (DeepSpeed,
+torchtnt, codetiming, Lightning) are left out where they are not installed; each is timed
+on its host path (no CUDA synchronization, no CUDA events) and its accumulated lists are
+cleared before each round, like instrument's registry.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import tracemalloc
+from collections import defaultdict
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import wrapt
+from paired import Contender
 
 import instrument
 import instrument.testing
 from instrument import registry
 
 if TYPE_CHECKING:
-    from conftest import Measure
+    from conftest import Measure, Paired
 
 #: Records per region per round: one buffer's worth, so each round folds exactly once.
 CHUNK: int = getattr(registry, "CHUNK", 4096)
@@ -77,7 +83,14 @@ def _forget_paths() -> None:
 
 # -- hand-written baselines ----------------------------------------------------------------
 
-_hand: dict[str, list[int]] = {}
+#: Where the hand-written baselines record: lists made once, so a record is one lookup and
+#: one append (no list built per call).
+_hand: defaultdict[str, list[int]] = defaultdict(list)
+
+
+def _clear_hand() -> None:
+    for durations in _hand.values():
+        durations.clear()
 
 
 class Hand:
@@ -94,8 +107,7 @@ class Hand:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        dt = perf_counter_ns() - self.t0
-        _hand.setdefault(self.name, []).append(dt)
+        _hand[self.name].append(perf_counter_ns() - self.t0)
 
 
 class Empty:
@@ -117,215 +129,186 @@ def hand_timed(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: An
     try:
         return wrapped(*args, **kwargs)
     finally:
-        _hand.setdefault("f", []).append(perf_counter_ns() - t0)
+        _hand["f"].append(perf_counter_ns() - t0)
 
 
 def trivial() -> None:
     """The function every decorator row wraps."""
 
 
+def _optional(module: str) -> Any:
+    """A peer's module, or ``None`` where it is not installed (its row is left out)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def _loop(enter: Callable[[], Any]) -> Callable[[], None]:
+    """``CHUNK`` uses of the context manager ``enter()`` returns."""
+
+    def run() -> None:
+        for _ in range(CHUNK):
+            with enter():
+                pass
+
+    return run
+
+
+def _calls(f: Callable[[], object]) -> Callable[[], None]:
+    """``CHUNK`` calls of ``f``."""
+
+    def run() -> None:
+        for _ in range(CHUNK):
+            f()
+
+    return run
+
+
 # -- 1. context managers -------------------------------------------------------------------
 
 
-@pytest.mark.benchmark(group="context-manager")
-class TestContextManager:
-    def test_hand(self, measure: Measure) -> None:
-        def run() -> None:
-            for _ in range(CHUNK):
-                with Hand("x"):
-                    pass
-
-        measure(run, label="hand-written class", setup=_hand.clear, inner=CHUNK, baseline=True)
-        assert len(_hand["x"]) == CHUNK
-
-    def test_timed(self, measure: Measure) -> None:
-        def run() -> None:
-            for _ in range(CHUNK):
-                with instrument.timed("x"):
-                    pass
-
-        measure(run, label="instrument timed", setup=_cpu, inner=CHUNK, note=BACKEND)
-        report = instrument.Reporter(every=None, sinks=[]).flush()
-        assert report["x"].count == CHUNK
-
-    def test_timed_nested(self, measure: Measure) -> None:
-        def run() -> None:
-            for _ in range(CHUNK):
-                with instrument.timed("a"), instrument.timed("b"):
-                    pass
-
-        # two regions per iteration: the report's per-operation figure is per region
-        measure(
-            run,
-            label="instrument timed, nested a/b (per region)",
-            setup=_cpu,
-            inner=2 * CHUNK,
-            note=BACKEND,
-        )
-        report = instrument.Reporter(every=None, sinks=[]).flush()
-        assert report["a"].count == report["a/b"].count == CHUNK
-
-    def test_deepspeed(self, measure: Measure) -> None:
-        ds_timer = pytest.importorskip("deepspeed.utils.timer")
+def _peers() -> list[Contender]:
+    """The peers' host-clock timers that are installed, each cleared before its rounds."""
+    out: list[Contender] = []
+    ds_timer = _optional("deepspeed.utils.timer")
+    if ds_timer is not None:
         timers = ds_timer.SynchronizedWallClockTimer()
         timers("x").use_host_timer = True  # what it does without CUDA: time.time() pairs
 
-        def run() -> None:
+        def deepspeed() -> None:
             for _ in range(CHUNK):
                 timers("x").start()
                 timers("x").stop()
 
-        measure(
-            run,
-            label="DeepSpeed SynchronizedWallClockTimer",
-            setup=timers("x").reset,
-            inner=CHUNK,
-            note="host timer: time.time()",
+        out.append(
+            Contender(
+                "DeepSpeed SynchronizedWallClockTimer",
+                deepspeed,
+                setup=timers("x").reset,
+                inner=CHUNK,
+                peer=True,
+                note="host timer: time.time()",
+            )
         )
-        assert len(timers("x").event_timers) == CHUNK
-
-    def test_torchtnt(self, measure: Measure) -> None:
-        tnt_timer = pytest.importorskip("torchtnt.utils.timer")
+    tnt_timer = _optional("torchtnt.utils.timer")
+    if tnt_timer is not None:
         timer = tnt_timer.Timer(cuda_sync=False)
-
-        def run() -> None:
-            for _ in range(CHUNK):
-                with timer.time("x"):
-                    pass
-
-        measure(
-            run,
-            label="torchtnt Timer.time",
-            setup=timer.reset,
-            inner=CHUNK,
-            note="cuda_sync=False",
+        out.append(
+            Contender(
+                "torchtnt Timer.time",
+                _loop(lambda: timer.time("x")),
+                setup=timer.reset,
+                inner=CHUNK,
+                peer=True,
+                note="cuda_sync=False",
+            )
         )
-        assert len(timer.recorded_durations["x"]) == CHUNK
-
-    def test_codetiming(self, measure: Measure) -> None:
-        codetiming = pytest.importorskip("codetiming")
+    codetiming = _optional("codetiming")
+    if codetiming is not None:
         timer_class = codetiming.Timer
-
-        def run() -> None:
-            for _ in range(CHUNK):
-                with timer_class(name="x", logger=None):
-                    pass
-
-        measure(
-            run,
-            label="codetiming Timer",
-            setup=timer_class.timers.clear,
-            inner=CHUNK,
-            note="new Timer per use",
+        out.append(
+            Contender(
+                "codetiming Timer",
+                _loop(lambda: timer_class(name="x", logger=None)),
+                setup=timer_class.timers.clear,
+                inner=CHUNK,
+                peer=True,
+                note="new Timer per use",
+            )
         )
-        assert timer_class.timers.count("x") == CHUNK
-
-    def test_lightning(self, measure: Measure) -> None:
-        profilers = pytest.importorskip("pytorch_lightning.profilers")
+    profilers = _optional("pytorch_lightning.profilers")
+    if profilers is not None:
         profiler = profilers.SimpleProfiler()
-
-        def run() -> None:
-            for _ in range(CHUNK):
-                with profiler.profile("x"):
-                    pass
-
-        measure(
-            run,
-            label="Lightning SimpleProfiler.profile",
-            setup=profiler.recorded_durations.clear,
-            inner=CHUNK,
+        out.append(
+            Contender(
+                "Lightning SimpleProfiler.profile",
+                _loop(lambda: profiler.profile("x")),
+                setup=profiler.recorded_durations.clear,
+                inner=CHUNK,
+                peer=True,
+            )
         )
-        assert len(profiler.recorded_durations["x"]) == CHUNK
+    return out
+
+
+def _nested() -> None:
+    for _ in range(CHUNK):
+        with instrument.timed("a"), instrument.timed("b"):
+            pass
+
+
+@pytest.mark.benchmark(group="context-manager")
+def test_context_manager(paired: Paired) -> None:
+    """``with timed("x")`` against the hand-written class and the peers, interleaved."""
+    timed = instrument.timed
+    paired(
+        [
+            Contender(
+                "hand-written class", _loop(lambda: Hand("x")), _clear_hand, CHUNK, baseline=True
+            ),
+            Contender("instrument timed", _loop(lambda: timed("x")), _cpu, CHUNK, note=BACKEND),
+            # two regions per iteration: the per-operation figure is per region
+            Contender(
+                "instrument timed, nested a/b (per region)", _nested, _cpu, 2 * CHUNK, note=BACKEND
+            ),
+            *_peers(),
+        ]
+    )
+    assert len(_hand["x"]) == CHUNK
+    _cpu()
+    _loop(lambda: timed("x"))()
+    assert instrument.Reporter(every=None, sinks=[]).flush()["x"].count == CHUNK
 
 
 # -- 2. decorators -------------------------------------------------------------------------
 
 
 @pytest.mark.benchmark(group="decorator")
-class TestDecorator:
-    def test_wrapt_hand(self, measure: Measure) -> None:
-        f = hand_timed(trivial)
-
-        def run() -> None:
-            for _ in range(CHUNK):
-                f()
-
-        measure(
-            run,
-            label="hand-written wrapt.decorator",
-            setup=_hand.clear,
-            inner=CHUNK,
-            baseline=True,
-        )
-        assert len(_hand["f"]) == CHUNK
-
-    def test_timed(self, measure: Measure) -> None:
-        f = instrument.timed("f")(trivial)
-
-        def run() -> None:
-            for _ in range(CHUNK):
-                f()
-
-        measure(run, label="@instrument.timed", setup=_cpu, inner=CHUNK, note=BACKEND)
-        report = instrument.Reporter(every=None, sinks=[]).flush()
-        assert report["f"].count == CHUNK
-
-    def test_plain(self, measure: Measure) -> None:
-        f = trivial
-
-        def run() -> None:
-            for _ in range(CHUNK):
-                f()
-
-        measure(run, label="plain call (reference)", inner=CHUNK)
+def test_decorator(paired: Paired) -> None:
+    """``@timed`` against a hand-written ``wrapt.decorator``, interleaved."""
+    hand = hand_timed(trivial)
+    decorated = instrument.timed("f")(trivial)
+    paired(
+        [
+            Contender(
+                "hand-written wrapt.decorator", _calls(hand), _clear_hand, CHUNK, baseline=True
+            ),
+            Contender("@instrument.timed", _calls(decorated), _cpu, CHUNK, note=BACKEND),
+            Contender("plain call (reference)", _calls(trivial), None, CHUNK, floor=True),
+        ]
+    )
+    assert len(_hand["f"]) == CHUNK
+    _cpu()
+    _calls(decorated)()
+    assert instrument.Reporter(every=None, sinks=[]).flush()["f"].count == CHUNK
 
 
 # -- 3. disabled ---------------------------------------------------------------------------
 
 
+def _empty_loop() -> None:
+    for _ in range(CHUNK):
+        pass
+
+
 @pytest.mark.benchmark(group="disabled")
-class TestDisabled:
-    def test_empty(self, measure: Measure) -> None:
-        def run() -> None:
-            for _ in range(CHUNK):
-                with Empty():
-                    pass
-
-        measure(run, label="empty context-manager class", inner=CHUNK, baseline=True)
-
-    def test_timed(self, measure: Measure) -> None:
-        def run() -> None:
-            for _ in range(CHUNK):
-                with instrument.timed("x"):
-                    pass
-
-        measure(run, label="instrument timed, disabled", setup=_disabled, inner=CHUNK)
-        assert not instrument.is_enabled()
-
-    def test_decorated(self, measure: Measure) -> None:
-        f = instrument.timed("f")(trivial)
-
-        def run() -> None:
-            for _ in range(CHUNK):
-                f()
-
-        measure(run, label="@instrument.timed call, disabled", setup=_disabled, inner=CHUNK)
-
-    def test_plain(self, measure: Measure) -> None:
-        f = trivial
-
-        def run() -> None:
-            for _ in range(CHUNK):
-                f()
-
-        measure(run, label="plain call (reference)", inner=CHUNK)
-
-    def test_loop(self, measure: Measure) -> None:
-        def run() -> None:
-            for _ in range(CHUNK):
-                pass
-
-        measure(run, label="empty loop (reference)", inner=CHUNK)
+def test_disabled(paired: Paired) -> None:
+    """Disabled regions against an empty context-manager class, interleaved."""
+    decorated = instrument.timed("f")(trivial)
+    timed = instrument.timed
+    paired(
+        [
+            Contender("empty context-manager class", _loop(Empty), None, CHUNK, baseline=True),
+            Contender("instrument timed, disabled", _loop(lambda: timed("x")), _disabled, CHUNK),
+            Contender("@instrument.timed call, disabled", _calls(decorated), _disabled, CHUNK),
+            Contender("plain call (reference)", _calls(trivial), None, CHUNK),
+            Contender("empty loop (reference)", _empty_loop, None, CHUNK),
+        ]
+    )
+    _disabled()
+    _loop(lambda: timed("x"))()
+    assert instrument.Reporter(every=None, sinks=[]).flush().get("x") is None
 
 
 # -- 4. flush ------------------------------------------------------------------------------

@@ -1,0 +1,109 @@
+"""tests/benchmarks/report_ratios.py: the targets written in docs/performance.md are the
+ones it checks, and a missed target makes it exit non-zero (so ``tox -e bench`` fails)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "report_ratios", ROOT / "tests" / "benchmarks" / "report_ratios.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["report_ratios"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+ratios = _load()
+
+
+def _row(label: str, ratio: float, **flags: bool) -> dict[str, Any]:
+    return {
+        "label": label,
+        "min_ns": 100.0 * ratio,
+        "median_ns": 110.0 * ratio,
+        "ratio_median": ratio,
+        "ratio_min": ratio,
+        "rounds": 300,
+        "baseline": flags.get("baseline", False),
+        "floor": False,
+        "peer": flags.get("peer", False),
+        "note": "",
+    }
+
+
+def _bench(group: str, *rows: dict[str, Any]) -> dict[str, Any]:
+    return {"group": group, "name": group, "stats": {}, "extra_info": {"paired_rows": list(rows)}}
+
+
+def _data(timed: float, peer: float, decorator: float) -> dict[str, Any]:
+    return {
+        "benchmarks": [
+            _bench(
+                "context-manager",
+                _row("hand-written class", 1.0, baseline=True),
+                _row("instrument timed", timed),
+                _row("torchtnt Timer.time", peer, peer=True),
+            ),
+            _bench(
+                "decorator",
+                _row("hand-written wrapt.decorator", 1.0, baseline=True),
+                _row("@instrument.timed", decorator),
+            ),
+        ]
+    }
+
+
+def test_the_targets_are_read_from_performance_md() -> None:
+    targets = ratios.read_targets((ROOT / "docs" / "performance.md").read_text())
+    found = {(t.group, t.label): (t.max_ratio, t.below_peers) for t in targets}
+    assert found[("context-manager", "instrument timed")] == (1.0, True)
+    assert found[("decorator", "@instrument.timed")] == (1.1, False)
+    assert ("disabled", "instrument timed, disabled") in found
+
+
+@pytest.mark.parametrize(
+    ("timed", "peer", "decorator", "status"),
+    [
+        (0.6, 2.0, 0.9, 0),  # every measured target met (the disabled group not run)
+        (1.2, 2.0, 0.9, 1),  # above its ratio
+        (0.6, 0.5, 0.9, 1),  # a peer is cheaper
+        (0.6, 2.0, 1.15, 1),  # the decorator's 1.1
+    ],
+)
+def test_a_missed_target_exits_non_zero(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    timed: float,
+    peer: float,
+    decorator: float,
+    status: int,
+) -> None:
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_data(timed, peer, decorator)))
+    assert ratios.main([str(path)]) == status
+    out = capsys.readouterr().out
+    assert ("MISSED" in out) == bool(status)
+    assert "not measured: disabled / instrument timed, disabled" in out
+    assert "(paired: baseline and contenders interleaved in each round)" in out
+
+
+def test_unreadable_targets_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_data(0.6, 2.0, 0.9)))
+    docs = tmp_path / "perf.md"
+    docs.write_text("# Performance\n\nno targets here\n")
+    assert ratios.main([str(path), "--targets", str(docs)]) == 2
