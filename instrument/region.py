@@ -104,23 +104,25 @@ def _same(a: Frame, b: Frame) -> bool:
     return a is b or (a[3] is b[3] and a[1] == b[1] and a[0] is b[0])
 
 
-def _unlink(frame: Frame) -> None:
-    """Take ``frame`` off this context's stack, wherever it is (exit by token)."""
+def _unlink(frame: Frame) -> bool:
+    """Take ``frame`` off this context's stack, wherever it is (exit by token); False if it
+    is not on this context's stack (closed from another thread or task, or already gone)."""
     top = _get()
     if top is frame:
         _set(frame[2])
-        return
+        return True
     above: list[Frame] = []
     current: Frame | None = top
     while current is not None and not _same(current, frame):
         above.append(current)
         current = current[2]
     if current is None:
-        return  # not on this context's stack (closed elsewhere, or already gone)
+        return False
     rebuilt = current[2]
     for f in reversed(above):
         rebuilt = (f[0], f[1], rebuilt, f[3], f[4])
     _set(rebuilt)
+    return True
 
 
 def abandon(region: Region) -> None:
@@ -140,7 +142,8 @@ def _close(frame: Frame) -> None:
     t1 = owner._now()
     if owner._observed or observe._open or observe.trace is not None:
         observe.exited(frame, t1)
-    _unlink(frame)
+    if not _unlink(frame):  # it stays on its own context's stack: never report it as open
+        registry.closed_elsewhere(frame[0], frame[1])
     node = frame[0]
     if end_event is not None:
         registry.pending.append((node, start_event, end_event, clocks.cuda.current_device()))

@@ -224,15 +224,28 @@ OpenCall = tuple[PathNode, int, int]
 _carried: dict[tuple[int, PathNode, int], int] = {}
 
 
+#: (node, start ns) of calls closed from another thread or task while their frame stays on
+#: the stack of the context that opened them (a manual timer stopped elsewhere): not open.
+_closed_elsewhere: set[tuple[PathNode, int]] = set()
+
+
+def closed_elsewhere(node: PathNode, t0: int) -> None:
+    """Say that the call of ``node`` started at ``t0`` ended, although its frame stays on the
+    stack of the context that opened it (so flushes there never report it as open)."""
+    _closed_elsewhere.add((node, t0))
+
+
 def open_calls(top: Any) -> list[OpenCall]:
     """The calls open in a context, innermost first, from its top frame
     ``(node, t0, parent_frame, owner, event)`` (``instrument.region``'s frame stack), each
-    with the current time of its region's clock."""
+    with the current time of its region's clock. Frames that time nothing (an anchor that
+    only sets a parent path) and calls already closed elsewhere are left out."""
     out: list[OpenCall] = []
     frame = top
     while frame is not None and frame[2] is not None:  # the root frame has no parent
-        owner = frame[3]
-        out.append((frame[0], frame[1], owner._now()))
+        now = getattr(frame[3], "_now", None)
+        if now is not None and (frame[0], frame[1]) not in _closed_elsewhere:
+            out.append((frame[0], frame[1], now()))
         frame = frame[2]
     return out
 
