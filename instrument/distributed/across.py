@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import socket
-from collections.abc import Sequence
 from typing import Any
 
 import torch.distributed as dist
@@ -84,7 +83,7 @@ class CrossRank:
         self.group = group
         self.timeout = timeout
         self.tracker = Tracker(threshold, intervals)
-        self._warned: set[tuple[str, tuple[int, ...]]] = set()
+        self._warned: set[tuple[object, ...]] = set()  # causes warned about
 
     def combine(self, report: Report) -> Report:
         """``report`` with every path's values across the group, or ``report`` itself with a
@@ -103,18 +102,18 @@ class CrossRank:
         )
         verdict = agree.agree(mine, self.timeout, self.group)
         if not verdict.ok:
-            return self._alone(report, verdict.reason(self.timeout), verdict.ranks(), "agree")
+            cause = ("agree", verdict.missing, tuple(sorted(verdict.mismatched)), verdict.late)
+            return self._alone(report, verdict.reason(self.timeout), cause)
         try:
             with suppressed():
                 return self._collectives(report, keys, local, verdict)
         except Exception as exc:  # a broken group must not take training down
             why = f"a collective failed ({type(exc).__name__}: {exc})"
-            return self._alone(report, why, (), "fail")
+            return self._alone(report, why, ("collective", type(exc).__name__))
 
-    def _alone(self, report: Report, why: str, named: Sequence[int], kind: str) -> Report:
-        key = (kind, tuple(named))
-        first = key not in self._warned
-        self._warned.add(key)
+    def _alone(self, report: Report, why: str, cause: tuple[object, ...]) -> Report:
+        first = cause not in self._warned
+        self._warned.add(cause)
         logger.log(
             logging.WARNING if first else logging.DEBUG,
             "instrument: flush #%d (steps %d..%d) on rank %d reports this rank only: %s"
