@@ -288,7 +288,8 @@ class Report:
     With ``ranks`` other than "local" in a process group, each node's ``ranks`` and the
     ``across`` mapping (``"throughput.tokens_per_sec"``, ``"memory.device_peak_allocated"``,
     ...) hold the values across ranks, ``group_size`` is the number of ranks combined, and
-    ``stragglers`` (on the group's first rank) names the ranks that stayed slow. When a
+    ``stragglers`` (on the group's first rank) names the ranks that stayed slow (at most
+    64, each with its 3 slowest regions; ``stragglers_count`` says how many there are). When a
     cross-rank flush could not run (a rank missing or at another interval), the report is
     this rank's own and ``across_note`` says why, naming the ranks.
     """
@@ -309,6 +310,7 @@ class Report:
     across: Mapping[str, RankStats] = field(default_factory=dict)
     group_size: int = 0
     stragglers: tuple[Straggler, ...] = ()
+    stragglers_count: int = 0
     across_note: str = ""
     _by_path: dict[str, Node] = field(init=False, repr=False, compare=False)
 
@@ -375,6 +377,7 @@ class Report:
             "across": {key: value.to_dict() for key, value in self.across.items()},
             "group_size": self.group_size,
             "stragglers": [straggler.to_dict() for straggler in self.stragglers],
+            "stragglers_count": self.stragglers_count,
             "across_note": self.across_note,
             "nodes": [node.to_dict() for node in self.nodes],
         }
@@ -409,5 +412,6 @@ class Report:
             across={str(k): RankStats.from_dict(v) for k, v in (data.get("across") or {}).items()},
             group_size=int(data.get("group_size", 0)),
             stragglers=tuple(Straggler.from_dict(s) for s in data.get("stragglers") or ()),
+            stragglers_count=int(data.get("stragglers_count", 0)),
             across_note=str(data.get("across_note", "")),
         )

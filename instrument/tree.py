@@ -234,6 +234,8 @@ def header_lines(report: Report) -> list[str]:
         lines.append(f"across {size} ranks" + (": " + " · ".join(spread) if spread else ""))
     if report.stragglers:
         lines.append("stragglers: " + " · ".join(_straggler(s) for s in report.stragglers))
+    elif report.stragglers_count:
+        lines.append(f"stragglers: {report.stragglers_count} ranks (too many to list)")
     return lines
 
 

@@ -91,6 +91,7 @@ def _combined() -> Report:
         ranks="minmax",
         group_size=2,
         stragglers=(Straggler(1, "node-7", ("train/forward",), (0.5,), 3),),
+        stragglers_count=1,
     )
 
 
@@ -120,9 +121,15 @@ def test_a_local_fallback_says_why() -> None:
     assert "across" not in Report(nodes=(Node("train", STATS),)).render()
 
 
+def test_too_many_stragglers_are_counted_not_listed() -> None:
+    report = Report(nodes=(Node("train", STATS),), ranks="max", group_size=512, stragglers_count=80)
+    assert "stragglers: 80 ranks (too many to list)" in report.render()
+    assert scalars(report)["stragglers/count"] == 80.0
+
+
 def test_old_reports_still_load() -> None:
     data = _combined().to_dict()
-    for key in ("group_size", "stragglers", "across_note"):
+    for key in ("group_size", "stragglers", "stragglers_count", "across_note"):
         del data[key]
     for node in data["nodes"]:
         if node["ranks"]:

@@ -33,6 +33,12 @@ from instrument.stats import Stats
 
 logger = logging.getLogger("instrument")
 
+#: A straggler describes at most this many of its slowest regions (bytes stay bounded).
+REGIONS_PER_STRAGGLER = 3
+#: The first rank reads the descriptions only when at most this many ranks are stragglers
+#: (beyond that the report lists none and ``stragglers_count`` says how many there are).
+LISTED_STRAGGLERS = 64
+
 EMPTY_STATS = Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 RATES = ("steps_per_sec", "samples_per_sec", "tokens_per_sec", "tflops", "mfu")
 
@@ -151,7 +157,10 @@ class CrossRank:
             self._describe(verdict.prefix, report.rank, slow)
         total, present, (stragglers,) = reduce.sums(values, [1.0 if slow else 0.0], group)
         per_rank = reduce.gather_to_first(values, group) if self.ranks == "all" else None
-        found = self._stragglers(verdict.prefix) if stragglers and dist.get_rank(group) == 0 else ()
+        count = round(stragglers)
+        first = dist.get_rank(group) == 0
+        listed = first and 0 < count <= LISTED_STRAGGLERS
+        found = self._stragglers(verdict.prefix) if listed else ()
         nodes, across = [], {}
         for i, key in enumerate(union):
             end = ends[i]
@@ -184,15 +193,17 @@ class CrossRank:
             across=across,
             group_size=dist.get_world_size(group),
             stragglers=found,
+            stragglers_count=count if first else len(found),
         )
 
     def _describe(self, prefix: str, rank: int, slow: list[tuple[str, float, int]]) -> None:
         """Write this rank's slow regions to the store, for the group's first rank."""
+        worst = slow[:REGIONS_PER_STRAGGLER]
         entry = {
             "rank": rank,
             "host": socket.gethostname(),
-            "regions": [path for path, _, _ in slow],
-            "scores": [score for _, score, _ in slow],
+            "regions": [path for path, _, _ in worst],
+            "scores": [score for _, score, _ in worst],
             "intervals": max(count for _, _, count in slow),
         }
         agree.append(prefix + "slow", json.dumps(entry) + "\n")

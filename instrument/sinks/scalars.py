@@ -153,7 +153,7 @@ def scalars(report: Report) -> dict[str, float]:
         tag, factor = _across_tag(key)
         _across(out, f"across/{tag}", ranks, factor)
     if report.group_size:
-        out["stragglers/count"] = float(len(report.stragglers))
+        out["stragglers/count"] = float(max(report.stragglers_count, len(report.stragglers)))
     for found in report.stragglers:
         out[f"stragglers/rank_{found.rank}/min_score"] = min(found.scores, default=1.0)
         out[f"stragglers/rank_{found.rank}/intervals"] = float(found.intervals)
