@@ -10,9 +10,10 @@ For ``P`` values per rank (a path's total, a rate; ``None`` where a rank has non
 - one ``SUM`` all-reduce of ``2·P (+ k)`` float64 gives the sums and how many ranks have a
   value (and ``k`` extra counts a caller adds, e.g. stragglers).
 
-Both run on the group's own backend and device (CUDA tensors with NCCL). A ring
-all-reduce sends and receives about ``2·(W-1)/W`` times its buffer per rank, so the bytes
-per rank stay below ``2 * 48·P`` whatever ``W``. Per-rank values (``ranks="all"``) are
+Both run on the group's own backend and device: ``dist.all_reduce`` of CUDA tensors with
+NCCL (which picks its own tree or ring), a binary tree of sends and receives on gloo, so
+that no rank sends or receives more than three buffers per reduction (``3 * 48·P`` bytes
+in all) whatever ``W``. Per-rank values (``ranks="all"``) are
 gathered to the group's first rank only. When the path lists differ, :func:`union` makes
 the names travel: every rank's list hash, then each *distinct* list once.
 """
@@ -53,6 +54,30 @@ def _device(group: Any) -> torch.device:
     return torch.device("cpu")
 
 
+def _all_reduce(tensor: torch.Tensor, op: Any, group: Any) -> None:
+    """``dist.all_reduce`` in place, except on gloo: there a binary tree (children → parent
+    up to the group's first rank, then back down) keeps every rank's traffic at most three
+    buffers each way, whatever the world size, in ``2·log2(W)`` hops. Gloo's ring would
+    send ``2(W-1)`` messages per rank, whose framing outgrows a small buffer."""
+    if dist.get_backend(group) != "gloo":
+        dist.all_reduce(tensor, op=op, group=group)
+        return
+    ranks = _ranks(group)
+    me = dist.get_rank(group)
+    fold = torch.maximum if op == dist.ReduceOp.MAX else torch.add
+    incoming = torch.empty_like(tensor)
+    children = [child for child in (2 * me + 1, 2 * me + 2) if child < len(ranks)]
+    for child in children:
+        dist.recv(incoming, src=ranks[child], group=group)
+        tensor.copy_(fold(tensor, incoming))
+    if me:
+        parent = ranks[(me - 1) // 2]
+        dist.send(tensor, dst=parent, group=group)
+        dist.recv(tensor, src=parent, group=group)
+    for child in children:
+        dist.send(tensor, dst=ranks[child], group=group)
+
+
 def _ordered(values: torch.Tensor) -> torch.Tensor:
     """float64 → int64 with the same order (an involution: applied twice, the bits back)."""
     bits = values.view(torch.int64)
@@ -90,7 +115,7 @@ def extremes(values: Sequence[float | None], group: Any = None) -> list[Extremes
     keys = torch.cat([up, down, packed_up, packed_down])
     keys[torch.cat([~present] * 4)] = _INT64_MIN
     keys = keys.to(_device(group))
-    dist.all_reduce(keys, op=dist.ReduceOp.MAX, group=group)
+    _all_reduce(keys, dist.ReduceOp.MAX, group)
     keys = keys.cpu()
     highs = _from_ordered(keys[:n].clone()).tolist()
     lows = (-_from_ordered(keys[n : 2 * n].clone())).tolist()
@@ -116,7 +141,7 @@ def sums(
     flat += [0.0 if v is None else 1.0 for v in values]
     flat += list(extra)
     tensor = torch.tensor(flat, dtype=torch.float64).to(_device(group))
-    dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+    _all_reduce(tensor, dist.ReduceOp.SUM, group)
     out = tensor.cpu().tolist()
     return out[:n], [round(c) for c in out[n : 2 * n]], out[2 * n :]
 
