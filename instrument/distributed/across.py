@@ -94,7 +94,10 @@ class CrossRank:
     def combine(self, report: Report) -> Report:
         """``report`` with every path's values across the group, or ``report`` itself with a
         note when the ranks do not agree. Collective over the group; never raises."""
-        if not active(self.group):
+        try:
+            if not active(self.group):
+                return report
+        except Exception:  # a group torch does not recognise: nothing to combine
             return report
         local = {node.path: node.total for node in report.nodes}
         more = extras(report)
@@ -148,8 +151,7 @@ class CrossRank:
             fastest[key], slowest[key] = end.low, end.high
             if value is not None:
                 mine[key] = value
-            node = by_path.get(key)
-            if node is None or is_collective(node):
+            if is_collective(by_path.get(key) or Node(path=key, host=EMPTY_STATS)):
                 skip.add(key)
         scores = self.tracker.update(mine, fastest, slowest, skip)
         slow = self.tracker.slow_regions()
@@ -165,9 +167,9 @@ class CrossRank:
         for i, key in enumerate(union):
             end = ends[i]
             stats = None
+            node = by_path.get(key) or Node(path=key, host=EMPTY_STATS)
             if end is not None:
                 score = scores.get(key)
-                node = by_path.get(key)
                 stats = RankStats(
                     rank_min=end.low,
                     rank_max=end.high,
@@ -176,7 +178,7 @@ class CrossRank:
                     rank_argmax=end.argmax,
                     ranks_present=present[i],
                     per_rank=None if per_rank is None else tuple(row[i] for row in per_rank),
-                    slowest=end.argmin if node is not None and is_collective(node) else end.argmax,
+                    slowest=end.argmin if is_collective(node) else end.argmax,
                     relative_score=None if score is None else score.relative,
                     individual_score=None if score is None else score.individual,
                 )
@@ -184,7 +186,6 @@ class CrossRank:
                 if stats is not None:
                     across[across_key(key)] = stats
                 continue
-            node = by_path.get(key) or Node(path=key, host=EMPTY_STATS)
             nodes.append(dataclasses.replace(node, ranks=stats))
         return dataclasses.replace(
             report,
