@@ -16,7 +16,16 @@ FORMAT_VERSION = 1
 @dataclass(frozen=True)
 class RankStats:
     """One value (a path's total, a rate) across the ranks of the group; ranks are global,
-    ``per_rank`` (``None`` where a rank has no value) is kept with ``ranks="all"``."""
+    ``per_rank`` (``None`` where a rank has no value) is kept with ``ranks="all"``, on the
+    group's first rank only (the one that writes).
+
+    ``slowest`` is the rank that holds the others up: the one with the largest time, except
+    in a collective, where the others wait for the rank that *arrived last* — the one with
+    the shortest time there. ``relative_score`` (fastest rank's time / this rank's) and
+    ``individual_score`` (this rank's best interval / this one) are this rank's straggler
+    scores, 1.0 = best; ``None`` where the path is not scored (a collective, a region too
+    small to matter, a rate).
+    """
 
     rank_min: float
     rank_max: float
@@ -25,6 +34,9 @@ class RankStats:
     rank_argmax: int
     ranks_present: int
     per_rank: tuple[float | None, ...] | None = None
+    slowest: int | None = None
+    relative_score: float | None = None
+    individual_score: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict; :meth:`from_dict` restores it exactly."""
@@ -36,6 +48,9 @@ class RankStats:
     def from_dict(cls, data: Mapping[str, Any]) -> RankStats:
         """Inverse of :meth:`to_dict`."""
         per_rank = data.get("per_rank")
+        slowest = data.get("slowest")
+        relative = data.get("relative_score")
+        individual = data.get("individual_score")
         return cls(
             rank_min=float(data["rank_min"]),
             rank_max=float(data["rank_max"]),
@@ -44,6 +59,43 @@ class RankStats:
             rank_argmax=int(data["rank_argmax"]),
             ranks_present=int(data["ranks_present"]),
             per_rank=None if per_rank is None else tuple(per_rank),
+            slowest=None if slowest is None else int(slowest),
+            relative_score=None if relative is None else float(relative),
+            individual_score=None if individual is None else float(individual),
+        )
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank whose relative score stayed below the threshold for several consecutive
+    intervals, with the regions that make it slow (``scores``: its relative score in each,
+    this interval) and the length of its longest run of slow intervals."""
+
+    rank: int
+    host: str
+    regions: tuple[str, ...]
+    scores: tuple[float, ...]
+    intervals: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict; :meth:`from_dict` restores it exactly."""
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "regions": list(self.regions),
+            "scores": list(self.scores),
+            "intervals": self.intervals,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Straggler:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            rank=int(data["rank"]),
+            host=str(data["host"]),
+            regions=tuple(str(r) for r in data["regions"]),
+            scores=tuple(float(s) for s in data["scores"]),
+            intervals=int(data["intervals"]),
         )
 
 
@@ -167,6 +219,24 @@ class Node:
         return None if self.ranks is None else self.ranks.rank_argmax
 
     @property
+    def slowest_rank(self) -> int | None:
+        """The rank holding the others up: the slowest, or in a collective the one that
+        arrived last (None: not gathered)."""
+        if self.ranks is None:
+            return None
+        return self.ranks.rank_argmax if self.ranks.slowest is None else self.ranks.slowest
+
+    @property
+    def relative_score(self) -> float | None:
+        """Fastest rank's total / this rank's (1.0 = fastest; None: not scored)."""
+        return None if self.ranks is None else self.ranks.relative_score
+
+    @property
+    def individual_score(self) -> float | None:
+        """This rank's best interval / this interval (1.0 = its best; None: not scored)."""
+        return None if self.ranks is None else self.ranks.individual_score
+
+    @property
     def ranks_present(self) -> int | None:
         """How many ranks ran this path (None: not gathered)."""
         return None if self.ranks is None else self.ranks.ranks_present
@@ -227,7 +297,11 @@ class Report:
     flush, in bytes (see :mod:`instrument.memory` for the keys; empty when not sampled).
     With ``ranks`` other than "local" in a process group, each node's ``ranks`` and the
     ``across`` mapping (``"throughput.tokens_per_sec"``, ``"memory.device_peak_allocated"``,
-    ...) hold the values across ranks.
+    ...) hold the values across ranks, ``group_size`` is the number of ranks combined, and
+    ``stragglers`` (on the group's first rank) names the ranks that stayed slow (at most
+    64, each with its 3 slowest regions; ``stragglers_count`` says how many there are). When a
+    cross-rank flush could not run (a rank missing or at another interval), the report is
+    this rank's own and ``across_note`` says why, naming the ranks.
     """
 
     nodes: tuple[Node, ...] = ()
@@ -244,6 +318,10 @@ class Report:
     memory: Mapping[str, int] = field(default_factory=dict)
     ranks: str = "local"
     across: Mapping[str, RankStats] = field(default_factory=dict)
+    group_size: int = 0
+    stragglers: tuple[Straggler, ...] = ()
+    stragglers_count: int = 0
+    across_note: str = ""
     _by_path: dict[str, Node] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -307,6 +385,10 @@ class Report:
             "memory": dict(self.memory),
             "ranks": self.ranks,
             "across": {key: value.to_dict() for key, value in self.across.items()},
+            "group_size": self.group_size,
+            "stragglers": [straggler.to_dict() for straggler in self.stragglers],
+            "stragglers_count": self.stragglers_count,
+            "across_note": self.across_note,
             "nodes": [node.to_dict() for node in self.nodes],
         }
 
@@ -338,4 +420,8 @@ class Report:
             memory={str(k): int(v) for k, v in (data.get("memory") or {}).items()},
             ranks=str(data.get("ranks", "local")),
             across={str(k): RankStats.from_dict(v) for k, v in (data.get("across") or {}).items()},
+            group_size=int(data.get("group_size", 0)),
+            stragglers=tuple(Straggler.from_dict(s) for s in data.get("stragglers") or ()),
+            stragglers_count=int(data.get("stragglers_count", 0)),
+            across_note=str(data.get("across_note", "")),
         )

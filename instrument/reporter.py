@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import logging
 import numbers
 import threading
@@ -17,7 +16,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,6 +27,9 @@ from instrument.sinks.base import Sink, as_sink
 from instrument.sinks.files import rank_and_world
 from instrument.stats import Accumulator, Stats
 from instrument.throughput import Throughput
+
+if TYPE_CHECKING:
+    from instrument.distributed.across import CrossRank
 
 logger = logging.getLogger("instrument")
 
@@ -111,6 +113,31 @@ def _check_flops(flops: object) -> float | str | None:
     return float(flops)
 
 
+def _check_rank_timeout(timeout: object) -> float:
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        seconds = float("nan")
+    if not 0 < float(seconds) < INF:
+        raise ValueError(
+            f"rank_timeout must be a positive number of seconds or a timedelta, got {timeout!r}"
+        )
+    return float(seconds)
+
+
+def _check_threshold(threshold: object) -> float:
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+        raise ValueError(f"straggler_threshold must be a number in (0, 1], got {threshold!r}")
+    if not 0.0 < float(threshold) <= 1.0:
+        raise ValueError(f"straggler_threshold must be a number in (0, 1], got {threshold!r}")
+    return float(threshold)
+
+
+def _check_intervals(intervals: object) -> int:
+    if isinstance(intervals, bool) or not isinstance(intervals, int) or intervals < 1:
+        raise ValueError(f"straggler_intervals must be an int >= 1, got {intervals!r}")
+    return intervals
+
+
 def _check_ranks(ranks: object) -> str:
     if ranks not in RANKS:
         raise ValueError(
@@ -146,6 +173,12 @@ class Reporter:
         barrier: Wait at a barrier of ``barrier_group`` (default: the world) before each
             flush, for at most ``barrier_timeout``; a timeout is logged with the missing
             ranks and the flush goes on.
+        rank_timeout: How long a cross-rank flush waits for every rank of ``group`` to
+            reach the same interval before it reports this rank alone (naming the missing
+            or out-of-step ranks); never raises, the next flush tries again.
+        straggler_threshold: A rank whose relative score in a region (fastest rank's time
+            / its time) stays below this for ``straggler_intervals`` consecutive
+            intervals is named on the report's ``stragglers:`` line (default 0.8 and 3).
 
     Example:
         >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.Console()])
@@ -172,11 +205,18 @@ class Reporter:
         barrier: bool = False,
         barrier_group: Any = None,
         barrier_timeout: timedelta | float = timedelta(seconds=60),
+        rank_timeout: timedelta | float = timedelta(seconds=60),
+        straggler_threshold: float = 0.8,
+        straggler_intervals: int = 3,
     ) -> None:
         self.every = _check_every(every)
         #: Set by ``instrument.auto``: its optimizer hook ends the steps, so
         #: ``instrument.step()`` only adds counts (see :func:`step_from_user`).
         self.ticked_by_optimizer = False
+        self.rank_timeout = _check_rank_timeout(rank_timeout)
+        self.straggler_threshold = _check_threshold(straggler_threshold)
+        self.straggler_intervals = _check_intervals(straggler_intervals)
+        self._cross: CrossRank | None = None
         self.group = group
         self.barrier = bool(barrier)
         self.barrier_group = barrier_group
@@ -328,30 +368,21 @@ class Reporter:
         return report
 
     def _across_ranks(self, report: Report) -> Report:
-        """Add each path's (and each rate's and memory field's) values across the ranks."""
-        from instrument.distributed import gather
-
-        if self.ranks == "local" or self._exiting or not gather.active(self.group):
+        """Add each path's (and each rate's and memory field's) values across the ranks
+        (:mod:`instrument.distributed.across`: agree with a deadline, then reduce)."""
+        if self.ranks == "local" or self._exiting:
             return report
-        local = {node.path: node.total for node in report.nodes}
-        extras = _extras(report)
-        local.update(extras)
-        keys = [*report.paths(), *extras]
-        union, across = gather.across_ranks(local, keys, self.group, keep_all=self.ranks == "all")
-        by_path = {node.path: node for node in report.nodes}
-        nodes = []
-        for key in union:
-            if key.startswith("/"):
-                continue
-            node = by_path.get(key) or Node(path=key, host=EMPTY_STATS)
-            nodes.append(dataclasses.replace(node, ranks=across.get(key)))
-        extra_values = {key[1:].replace("/", "."): across[key] for key in union if key in across}
-        return dataclasses.replace(
-            report,
-            nodes=tuple(nodes),
-            ranks=self.ranks,
-            across={k: v for k, v in extra_values.items() if "." in k},
-        )
+        if self._cross is None:
+            from instrument.distributed.across import CrossRank
+
+            self._cross = CrossRank(
+                self.ranks,
+                self.group,
+                timeout=self.rank_timeout,
+                threshold=self.straggler_threshold,
+                intervals=self.straggler_intervals,
+            )
+        return self._cross.combine(report)
 
     def _emit(self, report: Report) -> None:
         for sink in self._sinks:
@@ -432,8 +463,6 @@ def _flush_at_exit() -> None:
 
 atexit.register(_flush_at_exit)
 
-EMPTY_STATS = Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-
 
 def _warn_unmeasured(
     reporter: Reporter, flops: float | None, peak: float | None, steps: int
@@ -477,21 +506,6 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
         stacklevel=4,
     )
     reporter.count(samples=samples, tokens=tokens)
-
-
-def _extras(report: Report) -> dict[str, float]:
-    """Rates and memory fields to combine across ranks, keyed "/throughput/<field>" and
-    "/memory/<key>" (a leading "/" never starts a region path)."""
-    out: dict[str, float] = {}
-    rates = report.throughput
-    if rates is not None:
-        for name in ("steps_per_sec", "samples_per_sec", "tokens_per_sec", "tflops", "mfu"):
-            value = getattr(rates, name)
-            if value is not None:
-                out[f"/throughput/{name}"] = float(value)
-    for key, value in report.memory.items():
-        out[f"/memory/{key}"] = float(value)
-    return out
 
 
 def build_report(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from instrument.report import Node, Report
+from instrument.report import Node, Report, Straggler
 
 UNICODE_LINES = ("├── ", "└── ", "│   ", "    ")
 ASCII_LINES = ("|-- ", "`-- ", "|   ", "    ")
@@ -70,7 +70,7 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
                 bytes=node.bytes or None,
                 rank_min=node.rank_min,
                 rank_max=node.rank_max,
-                slowest=node.rank_argmax,
+                slowest=node.slowest_rank,
             )
         )
         below = kids.get(node.path, [])
@@ -229,9 +229,24 @@ def header_lines(report: Report) -> list[str]:
             f"cuda peak {_size(int(device_peak.rank_min))}..{_size(int(device_peak.rank_max))}"
             f" (highest rank {device_peak.rank_argmax})"
         )
-    if spread:
-        lines.append(f"across {report.world_size} ranks: " + " · ".join(spread))
+    if report.across_note:
+        lines.append(f"across ranks: not combined, this rank only: {report.across_note}")
+    elif report.ranks != "local":
+        size = report.group_size or report.world_size
+        lines.append(f"across {size} ranks" + (": " + " · ".join(spread) if spread else ""))
+    if report.stragglers:
+        lines.append("stragglers: " + " · ".join(_straggler(s) for s in report.stragglers))
+    elif report.stragglers_count:
+        lines.append(f"stragglers: {report.stragglers_count} ranks (too many to list)")
     return lines
+
+
+def _straggler(found: Straggler) -> str:
+    """``rank 3 (node-7): forward 0.52, backward 0.71 for 4 intervals``."""
+    regions = ", ".join(
+        f"{path} {score:.2f}" for path, score in zip(found.regions, found.scores, strict=True)
+    )
+    return f"rank {found.rank} ({found.host}): {regions} for {found.intervals} intervals"
 
 
 def _num(value: float) -> str:

@@ -19,7 +19,7 @@ import queue
 import socket
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import timedelta
 from typing import Any
 
@@ -63,13 +63,18 @@ def _entry(
 
 
 def run_ranks(
-    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 90.0
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 90.0,
+    dead: Collection[int] = (),
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned processes in one gloo
     group and return each rank's return value, in rank order.
 
     Raises ``RuntimeError`` with the failing ranks' tracebacks, or naming the ranks that did
-    not answer within ``timeout`` seconds (those are killed).
+    not answer within ``timeout`` seconds (those are killed). Ranks in ``dead`` are expected
+    to die without answering (a crash under test): their value is ``None``.
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -83,7 +88,7 @@ def run_ranks(
     answers: dict[int, tuple[bool, Any]] = {}
     deadline = time.monotonic() + timeout
     try:
-        while len(answers) < world_size:
+        while any(rank not in answers for rank in range(world_size) if rank not in dead):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -96,6 +101,8 @@ def run_ranks(
             answers[rank] = (ok, value)
     finally:
         _stop(procs, deadline)
+    for rank in dead:
+        answers.setdefault(rank, (True, None))
     return _values(answers, [proc.exitcode for proc in procs], timeout)
 
 

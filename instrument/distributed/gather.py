@@ -1,16 +1,11 @@
-"""The cross-rank exchange of a flush: which rank was slowest, per region.
+"""Every rank's values on every rank: the all-gather Megatron's ``Timers.log`` needs.
 
-Today a gathered flush runs two collectives, three when path lists differ: a hash
-all-gather and, only when the hashes differ, an object all-gather of the path lists (both
-over gloo), then one all-gather of the values.
-
-Ranks may have recorded different regions, so the union of paths comes first, cheaply: each
-rank contributes a 64-bit hash of its path list, and only when the hashes differ are the
-lists themselves exchanged. Both go over a gloo group (:func:`metadata_group`), so NCCL jobs
-work. Then one fixed-size tensor — per path, this rank's total (or "absent") — is gathered
-over the group's own backend and device. Everything runs inside ``suppressed()``: the
-gather never shows up in a report. A path a rank never ran is ``None`` for that rank,
-never zero.
+This costs O(world * paths) bytes per rank and is used only by
+:mod:`instrument.compat.megatron`, whose log options print every rank's times. The
+Reporter's cross-rank flush uses :mod:`instrument.distributed.across` instead (reductions,
+O(paths) per rank). The union of paths comes first: each rank contributes a 64-bit hash of
+its path list, and only when the hashes differ are the lists exchanged, over a gloo group
+(:func:`metadata_group`). A path a rank never ran is ``None`` for that rank, never zero.
 """
 
 from __future__ import annotations
@@ -23,8 +18,6 @@ import torch
 import torch.distributed as dist
 
 from instrument.distributed.barrier import metadata_group
-from instrument.hooks.collectives import suppressed
-from instrument.report import RankStats
 
 ABSENT = float("nan")
 
@@ -96,45 +89,3 @@ def gather_totals(values: Sequence[float | None], group: Any = None) -> list[lis
     parts = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(parts, mine, group=group)
     return [[None if x != x else x for x in part.cpu().tolist()] for part in parts]
-
-
-def combine(
-    per_rank: Sequence[float | None], ranks: Sequence[int], *, keep_all: bool
-) -> RankStats | None:
-    """Min/max/mean and the arg-ranks over the ranks that have a value (``per_rank`` kept
-    only with ``keep_all``)."""
-    present = [(v, rank) for v, rank in zip(per_rank, ranks, strict=True) if v is not None]
-    if not present:
-        return None
-    low = min(present, key=lambda item: item[0])
-    high = max(present, key=lambda item: item[0])
-    return RankStats(
-        rank_min=low[0],
-        rank_max=high[0],
-        rank_mean=sum(v for v, _ in present) / len(present),
-        rank_argmin=low[1],
-        rank_argmax=high[1],
-        ranks_present=len(present),
-        per_rank=tuple(per_rank) if keep_all else None,
-    )
-
-
-def across_ranks(
-    local: dict[str, float], paths: Sequence[str], group: Any = None, *, keep_all: bool = False
-) -> tuple[list[str], dict[str, RankStats]]:
-    """The union of keys over the group and, per key, its values across ranks.
-
-    ``local`` maps this rank's keys (paths, in tree order in ``paths``) to their values;
-    collective over ``group``: every rank of it must call it.
-    """
-    with suppressed():
-        union = union_of_paths(paths, group)
-        gathered = gather_totals([local.get(path) for path in union], group)
-    world = len(gathered)
-    ranks = [dist.get_global_rank(group, r) if group is not None else r for r in range(world)]
-    out: dict[str, RankStats] = {}
-    for i, path in enumerate(union):
-        stats = combine([row[i] for row in gathered], ranks, keep_all=keep_all)
-        if stats is not None:
-            out[path] = stats
-    return union, out

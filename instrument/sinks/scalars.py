@@ -8,7 +8,11 @@ Tags, with ``<path>`` the region's path (``step/forward``):
 - ``time_host/<path>/...`` and ``time_device/<path>/...`` (``total_ms``, ``mean_ms``,
   ``max_ms``, ``p90_ms``): host and device time side by side, for regions with device time.
 - ``time/<path>/rank_min_ms``, ``rank_max_ms``, ``rank_mean_ms`` and ``rank_argmax`` (the
-  slowest rank): the path's total across ranks, when the report was gathered.
+  slowest rank): the path's total across ranks, when the report was gathered; with them
+  ``slowest_rank`` (in a collective: the rank that arrived last) and this rank's straggler
+  scores ``relative_score`` and ``individual_score`` (1.0 = best) where the path is scored.
+- ``stragglers/count`` (ranks named as stragglers; in a combined report) and per straggler
+  ``stragglers/rank_<r>/min_score`` and ``stragglers/rank_<r>/intervals``.
 - ``step_time/total_ms``, ``mean_ms``, ``max_ms``, ``p90_ms``, ``count`` (steps in the
   interval) and ``other_ms`` (step time no top-level region covered), when steps were marked.
 - ``throughput/<field>``: ``steps_per_sec``, ``samples_per_sec``, ``tokens_per_sec``,
@@ -87,6 +91,16 @@ def _across(out: dict[str, float], prefix: str, ranks: RankStats, scale: float) 
     out[f"{prefix}/rank_argmax"] = float(ranks.rank_argmax)
 
 
+def _scores(out: dict[str, float], prefix: str, ranks: RankStats) -> None:
+    """The rank holding the others up, and this rank's straggler scores."""
+    if ranks.slowest is not None:
+        out[f"{prefix}/slowest_rank"] = float(ranks.slowest)
+    if ranks.relative_score is not None:
+        out[f"{prefix}/relative_score"] = ranks.relative_score
+    if ranks.individual_score is not None:
+        out[f"{prefix}/individual_score"] = ranks.individual_score
+
+
 def _memory_tag(key: str) -> tuple[str, float]:
     """The tag of a memory key and the factor from its value (bytes or a count)."""
     if key in MEMORY_COUNTS:
@@ -121,6 +135,7 @@ def scalars(report: Report) -> dict[str, float]:
             out[f"{base}/rank_max_ms"] = node.ranks.rank_max * MS
             out[f"{base}/rank_mean_ms"] = node.ranks.rank_mean * MS
             out[f"{base}/rank_argmax"] = float(node.ranks.rank_argmax)
+            _scores(out, base, node.ranks)
     if report.step_time is not None:
         _times(out, "step_time", report.step_time)
         out["step_time/count"] = float(report.steps)
@@ -137,4 +152,9 @@ def scalars(report: Report) -> dict[str, float]:
     for key, ranks in report.across.items():
         tag, factor = _across_tag(key)
         _across(out, f"across/{tag}", ranks, factor)
+    if report.group_size:
+        out["stragglers/count"] = float(max(report.stragglers_count, len(report.stragglers)))
+    for found in report.stragglers:
+        out[f"stragglers/rank_{found.rank}/min_score"] = min(found.scores, default=1.0)
+        out[f"stragglers/rank_{found.rank}/intervals"] = float(found.intervals)
     return {tag: value for tag, value in out.items() if math.isfinite(value)}

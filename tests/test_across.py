@@ -1,0 +1,293 @@
+"""The cross-rank flush as a protocol with a deadline, on real gloo groups: ranks that
+skip a flush, flush twice or crash are named and the flush stays local (never a hang, never
+an exception), later flushes recover; different path sets; stragglers named and cleared
+with exact scores; bytes per rank flat in the world size."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+from distributed_helpers import run_ranks
+from net_bytes import moved, tcp_counters
+
+import instrument
+from instrument.sinks.scalars import scalars
+from instrument.testing import FakeClock, use_clock
+
+TIMEOUT = 2.0  # the agreement's deadline in these tests (seconds)
+
+
+class _Log(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.levelno, record.getMessage()))
+
+
+def _listen() -> _Log:
+    handler = _Log()
+    logger = logging.getLogger("instrument")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    return handler
+
+
+def _steps(clock: FakeClock, rank: int, n: int, forward: float | None = None) -> None:
+    for _ in range(n):
+        with instrument.timed("train"), instrument.timed("forward"):
+            clock.advance(forward if forward is not None else 0.1 * (rank + 1))
+        instrument.step()
+
+
+def _timed_flush(reporter: instrument.Reporter) -> dict[str, Any]:
+    start = time.monotonic()
+    report = reporter.flush()
+    return {"report": report.to_dict(), "seconds": time.monotonic() - start}
+
+
+def _store() -> Any:
+    return dist.distributed_c10d._get_default_store()
+
+
+def out_of_step_worker(rank: int, world_size: int) -> dict[str, Any]:
+    log = _listen()
+    clock = FakeClock()
+    out: dict[str, Any] = {}
+    with use_clock(clock):
+        reporter = instrument.Reporter(
+            every=None, ranks="minmax", rank_timeout=TIMEOUT, memory=False, warmup=0
+        )
+        _steps(clock, rank, 2)
+        if rank == 0:  # A: rank 1 never flushes this interval
+            out["A"] = _timed_flush(reporter)
+            _store().set("test/A", "1")
+        else:
+            _store().wait(["test/A"])
+        _steps(clock, rank, 2)
+        out["B"] = _timed_flush(reporter)  # rank 0: steps 2..4, rank 1: steps 0..4
+        _steps(clock, rank, 2)
+        out["C"] = _timed_flush(reporter)  # both 4..6: recovered
+        _steps(clock, rank, 1)
+        if rank == 1:  # an extra flush at step 7 on rank 1 only
+            out["extra"] = _timed_flush(reporter)
+            _store().set("test/extra", "1")
+        else:
+            _store().wait(["test/extra"])
+        _steps(clock, rank, 1)
+        out["D"] = _timed_flush(reporter)  # rank 0: 6..8, rank 1: 7..8
+        _steps(clock, rank, 2)
+        out["E"] = _timed_flush(reporter)  # both 8..10: recovered
+    out["log"] = [(level, text) for level, text in log.records if "reports this rank" in text]
+    return out
+
+
+def _report(result: dict[str, Any], key: str) -> instrument.Report:
+    return instrument.Report.from_dict(result[key]["report"])
+
+
+def _alone(report: instrument.Report, own_forward: float) -> None:
+    """Nothing of another rank leaked in: this rank's own interval only."""
+    assert all(node.ranks is None for node in report.nodes)
+    assert report.across == {}
+    assert report["train/forward"].total == pytest.approx(own_forward)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_missing_and_extra_flushes_are_named_never_mixed_and_recover() -> None:
+    first, second = run_ranks(out_of_step_worker, 2, timeout=130)
+
+    a = _report(first, "A")  # rank 1 never came: rank 0 waited the deadline, no longer
+    assert "ranks [1] did not reach this flush within 2 s" in a.across_note
+    assert TIMEOUT <= first["A"]["seconds"] < TIMEOUT + 8
+    _alone(a, 0.2)
+    assert "across ranks: not combined, this rank only: ranks [1]" in a.render()
+
+    for result, own in ((first, 0.2), (second, 0.8)):  # B: steps 2..4 against 0..4
+        b = _report(result, "B")
+        assert "ranks [1] are at another interval (rank 1: interval #1, steps 0..4)" in (
+            b.across_note
+        )
+        assert "the others: steps 2..4" in b.across_note
+        _alone(b, own)
+
+    for result in (first, second):  # C and E: both at the same interval again
+        for key in ("C", "E"):
+            report = _report(result, key)
+            assert report.across_note == ""
+            forward = report["train/forward"]  # a nested path, keys intact
+            assert (forward.rank_min, forward.rank_max) == (pytest.approx(0.2), pytest.approx(0.4))
+            assert forward.slowest_rank == 1
+            assert report["train"].rank_argmax == 1
+            assert set(report.across) == {"throughput.steps_per_sec"}  # no "rain.forward"
+            assert "across 2 ranks" in report.render()
+
+    extra = _report(second, "extra")  # rank 1's extra flush: rank 0 was not there
+    assert "ranks [0] did not reach this flush" in extra.across_note
+    _alone(extra, 0.2)
+    for result, own in ((first, 0.2), (second, 0.2)):  # D: 6..8 against 7..8
+        d = _report(result, "D")
+        assert "ranks [1] are at another interval" in d.across_note
+        assert "steps 7..8" in d.across_note
+        _alone(d, own)
+
+    warnings = [text for level, text in first["log"] if level == logging.WARNING]
+    assert len(warnings) == 2  # missing rank 1, then rank 1 out of step: once each
+    assert "ranks [1] did not reach" in warnings[0]
+    assert "training goes on" in warnings[0]
+    assert [level for level, _ in first["log"]] == [logging.WARNING] * 2 + [logging.DEBUG]
+
+
+def crash_worker(rank: int, world_size: int) -> dict[str, Any]:
+    clock = FakeClock()
+    with use_clock(clock):
+        reporter = instrument.Reporter(
+            every=None, ranks="all", rank_timeout=TIMEOUT, memory=False, warmup=0
+        )
+        _steps(clock, rank, 1)
+        if rank == 2:  # a path (and its parent) only rank 2 has
+            with instrument.timed("train"), instrument.timed("eval"), instrument.timed("extra"):
+                clock.advance(0.5)
+        out = {"first": reporter.flush().to_dict()}
+        if rank == 2:
+            os._exit(3)  # crash: no goodbye, no destroy_process_group
+        _steps(clock, rank, 1)
+        out["second"] = _timed_flush(reporter)
+        _steps(clock, rank, 1)
+        out["third"] = _timed_flush(reporter)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_different_path_sets_then_a_crashed_rank() -> None:
+    results = run_ranks(crash_worker, 3, timeout=130, dead=[2])
+    assert results[2] is None
+    first = instrument.Report.from_dict(results[0]["first"])
+    assert first.paths().index("train/eval") < first.paths().index("train/eval/extra")
+    extra = first["train/eval/extra"]
+    assert extra.count == 0  # rank 0 never ran it ...
+    assert extra.ranks_present == 1
+    assert extra.rank_max == pytest.approx(0.5)
+    assert extra.per_rank == (None, None, pytest.approx(0.5))  # ... gathered to rank 0
+    assert first["train/forward"].per_rank == pytest.approx((0.1, 0.2, 0.3))
+    on_1 = instrument.Report.from_dict(results[1]["first"])
+    assert on_1["train/eval/extra"].rank_max == pytest.approx(0.5)
+    assert on_1["train/forward"].per_rank is None  # only the first rank gathers
+    for result in results[:2]:
+        for key in ("second", "third"):  # rank 2 is gone: named, each flush bounded
+            report = instrument.Report.from_dict(result[key]["report"])
+            assert "ranks [2] did not reach this flush" in report.across_note
+            assert result[key]["seconds"] < TIMEOUT + 8
+            assert all(node.ranks is None for node in report.nodes)
+
+
+def straggler_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
+    clock = FakeClock()
+    slow = {1: 0.2, 2: 0.2, 3: 0.4, 4: 0.1}  # rank 2's forward, interval by interval
+    reports = []
+    with use_clock(clock):
+        reporter = instrument.Reporter(
+            every=None,
+            ranks="minmax",
+            rank_timeout=30,
+            memory=False,
+            warmup=0,
+            straggler_threshold=0.8,
+            straggler_intervals=2,
+        )
+        for interval in (1, 2, 3, 4):
+            forward = slow[interval] if rank == 2 else 0.1
+            with instrument.timed("train"):
+                with instrument.timed("forward"):
+                    clock.advance(forward)
+                with instrument.timed("all_reduce"):  # the fast ranks wait for rank 2
+                    clock.advance(0.01 + slow[interval] - forward)
+            instrument.step()
+            report = reporter.flush()
+            reports.append({"report": report.to_dict(), "scalars": scalars(report)})
+    return reports
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_slow_rank_is_named_after_k_intervals_and_cleared_when_it_recovers() -> None:
+    results = run_ranks(straggler_worker, 3, timeout=130)
+    first = [instrument.Report.from_dict(r["report"]) for r in results[0]]
+    assert [r.to_dict() for r in first] == [r["report"] for r in results[0]]  # JSONL trip
+    host = os.uname().nodename
+    assert first[0].stragglers == ()  # one slow interval is not enough (K = 2)
+    named = first[1].stragglers
+    assert [(s.rank, s.host, s.regions, s.scores, s.intervals) for s in named] == [
+        (2, host, ("train/forward",), (0.5,), 2)
+    ]
+    assert first[2].stragglers[0].scores == (0.25,)
+    assert first[2].stragglers[0].intervals == 3
+    assert first[3].stragglers == ()  # recovered: cleared at once
+    text = first[2].render()
+    assert f"stragglers: rank 2 ({host}): train/forward 0.25 for 3 intervals" in text
+    assert "across 3 ranks" in text
+    tags = results[0][2]["scalars"]
+    assert tags["stragglers/count"] == 1.0
+    assert tags["stragglers/rank_2/min_score"] == 0.25
+    assert results[0][3]["scalars"]["stragglers/count"] == 0.0
+    for report in first[:3]:  # a collective: the rank that arrived last, not one that waited
+        assert report["train/all_reduce"].slowest_rank == 2
+        assert report["train/all_reduce"].relative_score is None  # never scored
+        assert report["train"].rank_max == pytest.approx(report["train"].rank_min)
+
+    mine = [instrument.Report.from_dict(r["report"]) for r in results[2]]
+    assert [r["train/forward"].relative_score for r in mine] == [0.5, 0.5, 0.25, 1.0]
+    assert [r["train/forward"].individual_score for r in mine] == [1.0, 1.0, 0.5, 1.0]
+    assert all(r.stragglers == () for r in mine)  # only the first rank collects them
+    assert results[2][2]["scalars"]["time/train/forward/relative_score"] == 0.25
+    assert results[2][2]["scalars"]["time/train/forward/individual_score"] == 0.5
+    assert results[0][0]["scalars"]["time/train/all_reduce/slowest_rank"] == 2.0
+    fast = instrument.Report.from_dict(results[1][2]["report"])
+    assert fast["train/forward"].relative_score == 1.0
+
+
+PATHS = 200
+
+
+def bytes_worker(rank: int, world_size: int) -> tuple[int, int]:
+    clock = FakeClock()
+    with use_clock(clock):
+        reporter = instrument.Reporter(
+            every=None, ranks="max", rank_timeout=30, memory=False, warmup=0
+        )
+        for _interval in range(2):
+            for i in range(PATHS):
+                with instrument.timed(f"region_{i:03d}"):
+                    clock.advance(0.001 * (rank + 1))
+            instrument.step()
+            before = tcp_counters()
+            reporter.flush()
+            sent, received = moved(before)
+    return sent, received
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_bytes_per_rank_do_not_grow_with_the_world() -> None:
+    # the values: one MAX reduction of 4 int64 and one SUM of 2 float64 per key (P paths +
+    # 1 rate), over a binary tree on gloo: a rank receives from at most two children and
+    # its parent, so at most 3 buffers whatever W. An all-gather of the same buffer would
+    # receive W-1 of them: 3x more per rank at W=4 than at W=2.
+    buffer = (4 * 8 + 2 * 8) * (PATHS + 1)
+    mean = {}
+    for world in (2, 4):
+        moved_bytes = run_ranks(bytes_worker, world, timeout=150)
+        for sent, received in moved_bytes[1:]:  # rank 0 also serves the store to all
+            assert sent < 3 * buffer + 4096
+            assert received < 3 * buffer + 4096
+        mean[world] = sum(received for _, received in moved_bytes[1:]) / (world - 1)
+    assert mean[2] > buffer * 0.9  # the values really travelled
+    assert mean[4] < 1.5 * mean[2]  # the tree: 4/3; a ring 1.5, an all-gather 3
