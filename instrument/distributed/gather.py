@@ -50,10 +50,10 @@ def union_of_paths(paths: Sequence[str], group: Any = None) -> list[str]:
     for ranks_paths in lists:
         for path in ranks_paths:
             seen.setdefault(path, None)
-    return _parents_first(list(seen))
+    return parents_first(list(seen))
 
 
-def _parents_first(paths: list[str]) -> list[str]:
+def parents_first(paths: list[str]) -> list[str]:
     """Order ``paths`` so that every parent comes before its children (stable otherwise)."""
     known = set(paths)
     out: list[str] = []

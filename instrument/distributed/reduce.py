@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from instrument.distributed.barrier import metadata_group
+from instrument.distributed.gather import parents_first
 
 _INT64_MIN = -(2**63)
 _FLIP = 0x7FFFFFFFFFFFFFFF
@@ -184,24 +185,4 @@ def union(paths: Sequence[str], group: Any = None) -> list[str]:
         dist.broadcast_object_list(box, src=ranks[index], group=meta)
         for path in box[0]:
             seen.setdefault(path, None)
-    return _parents_first(list(seen))
-
-
-def _parents_first(paths: list[str]) -> list[str]:
-    """Order ``paths`` so that every parent comes before its children (stable otherwise)."""
-    known = set(paths)
-    out: list[str] = []
-    placed: set[str] = set()
-
-    def place(path: str) -> None:
-        if path in placed:
-            return
-        parent = path.rpartition("/")[0]
-        if parent and parent in known:
-            place(parent)
-        placed.add(path)
-        out.append(path)
-
-    for path in paths:
-        place(path)
-    return out
+    return parents_first(list(seen))
