@@ -304,12 +304,20 @@ def open_page(driver: Any, page: Path) -> None:
     )
 
 
+# Chromium's own pages and resources (chrome://..., an icon of its UI) never leave the
+# browser; everything else the page could fetch (http, https, ws, file, ...) counts.
+INTERNAL_SCHEMES = ("chrome:", "chrome-extension:", "chrome-untrusted:", "devtools:", "about:")
+
+
 def requests_made(driver: Any) -> list[str]:
+    """Every request the browser sent for the page, Chromium's internal resources aside."""
     urls = []
     for entry in driver.get_log("performance"):
         message = json.loads(entry["message"])["message"]
         if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
+            url = message["params"]["request"]["url"]
+            if not url.startswith(INTERNAL_SCHEMES):
+                urls.append(url)
     return urls
 
 

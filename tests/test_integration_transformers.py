@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -39,6 +40,15 @@ class TokenData(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+# transformers 5.23 renamed gradient_checkpointing to activation_checkpointing (the old name
+# warns); earlier 5.x releases, which Python 3.10 resolves to, know only the old one
+CHECKPOINTING_ARG = (
+    "activation_checkpointing"
+    if "activation_checkpointing" in inspect.signature(transformers.TrainingArguments).parameters
+    else "gradient_checkpointing"
+)
 
 
 def gpt2() -> torch.nn.Module:
@@ -161,7 +171,7 @@ def test_llama_gradient_checkpointing_attributes_recompute_per_block() -> None:
         llama,
         InstrumentCallback(sinks=[sink], log="none"),
         steps=2,
-        activation_checkpointing=True,
+        **{CHECKPOINTING_ARG: True},
     )
     report = sink.reports[-1]
     paths = set(report.paths())
@@ -179,7 +189,8 @@ def test_llama_gradient_checkpointing_attributes_recompute_per_block() -> None:
 def test_gpt2_gradient_checkpointing_keeps_blocks_apart() -> None:
     torch.manual_seed(0)
     model = gpt2()
-    model.activation_checkpointing_enable()
+    enable = getattr(model, "activation_checkpointing_enable", None)  # 5.23+; before: gradient_
+    (enable or model.gradient_checkpointing_enable)()
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ids = TokenData()[0]["input_ids"][None]
