@@ -511,6 +511,22 @@ class ProfilerHooks:
 
     _callback: CallbackHooks
     _lightning_module: Any
+    #: The Callback class of the same Lightning package (set by each subclass).
+    callback_class: type[CallbackHooks]
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()  # Lightning's Profiler, next in the subclass's bases
+        self._callback = self.callback_class(**options)
+
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
+        """Lightning's ``Profiler.setup``, then the Callback joins the Trainer's callbacks."""
+        super().setup(stage, local_rank, log_dir)  # type: ignore[misc]
+        self._attach()
+
+    def teardown(self, stage: str | None) -> None:
+        """The Callback leaves the Trainer, then Lightning's ``Profiler.teardown``."""
+        self._detach()
+        super().teardown(stage)  # type: ignore[misc]
 
     def _attach(self) -> None:
         module = getattr(self, "_lightning_module", None)

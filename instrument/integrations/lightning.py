@@ -14,8 +14,6 @@ for the ``pytorch_lightning`` package.
 
 from __future__ import annotations
 
-from typing import Any
-
 from lightning.pytorch import Callback
 from lightning.pytorch.profilers import Profiler
 
@@ -65,14 +63,4 @@ class InstrumentProfiler(ProfilerHooks, Profiler):
         >>> trainer = lightning.Trainer(profiler=InstrumentProfiler(every=50))
     """
 
-    def __init__(self, **options: Any) -> None:
-        Profiler.__init__(self)
-        self._callback = InstrumentCallback(**options)
-
-    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
-        super().setup(stage, local_rank, log_dir)
-        self._attach()
-
-    def teardown(self, stage: str | None) -> None:
-        self._detach()
-        super().teardown(stage)
+    callback_class = InstrumentCallback

@@ -8,8 +8,6 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 from pytorch_lightning import Callback
 from pytorch_lightning.profilers import Profiler
 
@@ -30,14 +28,4 @@ class InstrumentCallback(CallbackHooks, Callback):
 class InstrumentProfiler(ProfilerHooks, Profiler):
     """``instrument.integrations.lightning.InstrumentProfiler`` for ``pytorch_lightning``."""
 
-    def __init__(self, **options: Any) -> None:
-        Profiler.__init__(self)
-        self._callback = InstrumentCallback(**options)
-
-    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
-        super().setup(stage, local_rank, log_dir)
-        self._attach()
-
-    def teardown(self, stage: str | None) -> None:
-        self._detach()
-        super().teardown(stage)
+    callback_class = InstrumentCallback
