@@ -304,9 +304,17 @@ def open_page(driver: Any, page: Path) -> None:
     )
 
 
-# Chromium's own pages and resources (chrome://..., an icon of its UI) never leave the
-# browser; everything else the page could fetch (http, https, ws, file, ...) counts.
-INTERNAL_SCHEMES = ("chrome:", "chrome-extension:", "chrome-untrusted:", "devtools:", "about:")
+# Chromium's own pages and resources (chrome://..., an icon of its UI) and inline data:
+# URLs (a 1x1 gif Chromium itself sometimes asks for) never leave the browser; everything
+# else the page could fetch (http, https, ws, file, ...) counts.
+INTERNAL_SCHEMES = (
+    "chrome:",
+    "chrome-extension:",
+    "chrome-untrusted:",
+    "devtools:",
+    "about:",
+    "data:",
+)
 
 
 def requests_made(driver: Any) -> list[str]:
