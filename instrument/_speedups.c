@@ -242,22 +242,35 @@ static PyTypeObject NodeType = {
 };
 
 /* -- where the innermost frame lives ----------------------------------------------------
- * In plain code (no Context.run() active on this thread) the innermost frame is kept in a
- * thread-local pointer, so entering and exiting a region updates no context variable.
- * Inside Context.run() -- asyncio and trio tasks, to_thread, copy_context().run() -- it is
- * kept in the context variable, so every task has its own stack; a task that has not
- * opened a region yet nests under the regions open in the plain code around it
- * (asyncio.run() inside a region). bind_thread_stack() turns the thread-local part on
- * once the layout check in regions/native.py has passed; until then only the variable is used. */
+ * C versions of instrument/regions/frames.py's _get and _set (get_top / set_top), with the
+ * same semantics: the innermost frame of each contextvars.Context is what the frame context
+ * variable holds in that context (a thread, an asyncio task, a greenlet, a
+ * copy_context().run()), and a copied context starts from the frame current at copy time.
+ *
+ * Setting a context variable allocates (a new HAMT and a Token) on every region enter and
+ * exit. To avoid that, the variable holds, once per context, a small mutable *stack
+ * holder* created for that context (its owner) whose `top` is the innermost frame; a
+ * transition swaps holder->top in place. That is only the same as setting the variable when
+ * no other context can see the holder: a copy of the context (a task, copy_context()) shares
+ * the variable's mapping, so it would see later swaps. So a transition swaps in place only
+ * when the holder is *exclusive*: its owner is the running context and no mapping but the
+ * owner's reaches it (holder_is_exclusive walks the owner's HAMT from the root to the holder,
+ * every object on the way referenced once). Otherwise the old holder is left alone -- it
+ * keeps the top the copy saw, and its owner never changes it again, since the owner's
+ * variable no longer points to it -- and the context gets a fresh holder (one variable set).
+ * A context that reads a holder it does not own (a task reading its creator's holder) sees
+ * its top, which is the frame current when the context was copied.
+ *
+ * The layout of PyContext and of CPython's HAMT (Python/hamt.c) is read only on the
+ * versions it was checked against (3.10 to 3.13, the test suite run on each:
+ * docs/compatibility.md), and only once probe_layout() has confirmed it at run time; on
+ * any other version every transition sets the variable to the frame itself, as the
+ * pure-Python path does (the same results, slower). */
 
 #ifdef Py_GIL_DISABLED
 #error "the C hot path relies on the GIL; free-threaded builds use the pure-Python path"
 #endif
 
-/* The layout below is read only on the CPython versions it was checked against (the
- * leading fields of PyContext in Include/internal/pycore_context.h, 3.10 to 3.13, with the
- * test suite run on each: docs/compatibility.md). On any other version the thread-local
- * stack is refused, not guessed: every frame stays in the context variable. */
 #if PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030E0000
 #define CONTEXT_LAYOUT_KNOWN 1
 #else
@@ -267,69 +280,238 @@ static PyTypeObject NodeType = {
 typedef struct { /* the leading fields of CPython's PyContext (3.10 to 3.13) */
     PyObject_HEAD
     PyObject *ctx_prev;
-    PyObject *ctx_vars;
+    PyObject *ctx_vars; /* a PyHamtObject */
     PyObject *ctx_weakreflist;
     int ctx_entered;
 } ContextHead;
+
+typedef struct { /* PyHamtObject (Include/internal/pycore_hamt.h) */
+    PyObject_HEAD
+    PyObject *h_root;
+} HamtHead;
+
+typedef struct { /* PyHamtNode_Bitmap (Python/hamt.c): key/value pairs, key NULL = subnode */
+    PyObject_VAR_HEAD
+    uint32_t b_bitmap;
+    PyObject *b_array[1];
+} HamtBitmap;
+
+typedef struct { /* PyHamtNode_Array */
+    PyObject_HEAD
+    PyObject *a_array[32];
+    Py_ssize_t a_count;
+} HamtArray;
+
+typedef struct { /* PyHamtNode_Collision: key/value pairs of one hash */
+    PyObject_VAR_HEAD
+    int32_t c_hash;
+    PyObject *c_array[1];
+} HamtCollision;
+
+static PyTypeObject *hamt_type, *bitmap_type, *array_type, *collision_type;
+static int32_t frame_var_hash; /* the frame variable's hash as the HAMT folds it */
+static int holders_on = 0;     /* probe_layout() passed: frames live in stack holders */
 
 static int
 check_bound(void)
 {
     if (frame_var == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind()");
+        PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind_stack()");
         return -1;
     }
     return 0;
 }
 
-static int thread_stack_on = 0;
-static _Thread_local PyObject *thread_top = NULL; /* strong reference, or NULL */
+typedef struct {
+    PyObject_HEAD
+    PyObject *owner; /* the Context this holder was made for (strong), or NULL */
+    PyObject *top;   /* the innermost frame (strong) */
+} StackObject;
 
-static inline int
-in_context_run(void)
+static int
+Stack_traverse(StackObject *self, visitproc visit, void *arg)
 {
-    if (!CONTEXT_LAYOUT_KNOWN) {
-        return 1; /* unknown layout: behave as inside a task, i.e. use the variable */
-    }
-    PyObject *ctx = PyThreadState_Get()->context;
-    return ctx != NULL && ((ContextHead *)ctx)->ctx_entered;
-}
-
-/* A new reference to the innermost frame of this thread or task. */
-static PyObject *
-top_get(void)
-{
-    if (thread_top != NULL && thread_stack_on && !in_context_run()) {
-        Py_INCREF(thread_top);
-        return thread_top;
-    }
-    PyObject *value;
-    if (PyContextVar_Get(frame_var, NULL, &value) < 0) {
-        return NULL;
-    }
-    /* in a task that has opened no region yet: under the plain code's open regions */
-    if (value == root_frame && thread_top != NULL) {
-        Py_DECREF(value);
-        Py_INCREF(thread_top);
-        return thread_top;
-    }
-    return value;
+    Py_VISIT(self->owner);
+    Py_VISIT(self->top);
+    return 0;
 }
 
 static int
-top_set(PyObject *frame)
+Stack_clear(StackObject *self)
 {
-    if (thread_stack_on && !in_context_run()) {
-        Py_INCREF(frame);
-        Py_XSETREF(thread_top, frame);
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->top);
+    return 0;
+}
+
+static void
+Stack_dealloc(StackObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Stack_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject StackType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.StackHolder",
+    .tp_doc = "The region stack of one context: its innermost frame (internal).",
+    .tp_basicsize = sizeof(StackObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)Stack_dealloc,
+    .tp_traverse = (traverseproc)Stack_traverse,
+    .tp_clear = (inquiry)Stack_clear,
+};
+
+/* Learn the HAMT node types from their names (they are not exported). */
+static PyTypeObject *
+hamt_node_kind(PyObject *node)
+{
+    PyTypeObject *t = Py_TYPE(node);
+    if (t == bitmap_type || t == array_type || t == collision_type) {
+        return t;
+    }
+    const char *name = t->tp_name;
+    if (strcmp(name, "hamt_bitmap_node") == 0) {
+        return bitmap_type = t;
+    }
+    if (strcmp(name, "hamt_array_node") == 0) {
+        return array_type = t;
+    }
+    if (strcmp(name, "hamt_collision_node") == 0) {
+        return collision_type = t;
+    }
+    return NULL;
+}
+
+/* True if `ctx` is the only context whose variables reach `holder`: the HAMT object and
+ * every node from its root down to the holder are referenced once, and the holder once by
+ * its node plus `extra` references held by the caller. Any copy of the context (shared
+ * HAMT), or a mapping derived from one (sharing a node on the way), makes it false. */
+static int
+holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
+{
+    PyObject *vars = ((ContextHead *)ctx)->ctx_vars;
+    if (vars == NULL || Py_TYPE(vars) != hamt_type || Py_REFCNT(vars) != 1) {
         return 0;
     }
-    PyObject *token = PyContextVar_Set(frame_var, frame);
+    PyObject *node = ((HamtHead *)vars)->h_root;
+    for (uint32_t shift = 0; node != NULL && shift < 35; shift += 5) {
+        if (Py_REFCNT(node) != 1) {
+            return 0;
+        }
+        PyTypeObject *kind = hamt_node_kind(node);
+        uint32_t index = ((uint32_t)frame_var_hash >> shift) & 0x1f;
+        if (kind == bitmap_type) {
+            HamtBitmap *b = (HamtBitmap *)node;
+            uint32_t bit = (uint32_t)1 << index;
+            if (!(b->b_bitmap & bit)) {
+                return 0;
+            }
+            uint32_t i = 2 * (uint32_t)__builtin_popcount(b->b_bitmap & (bit - 1));
+            if (b->b_array[i] == NULL) {
+                node = b->b_array[i + 1];
+                continue;
+            }
+            return b->b_array[i] == frame_var && b->b_array[i + 1] == holder &&
+                   Py_REFCNT(holder) == 1 + extra;
+        }
+        if (kind == array_type) {
+            node = ((HamtArray *)node)->a_array[index];
+            continue;
+        }
+        if (kind == collision_type) {
+            HamtCollision *c = (HamtCollision *)node;
+            for (Py_ssize_t i = 0; i + 1 < Py_SIZE(c); i += 2) {
+                if (c->c_array[i] == frame_var) {
+                    return c->c_array[i + 1] == holder && Py_REFCNT(holder) == 1 + extra;
+                }
+            }
+        }
+        return 0;
+    }
+    return 0;
+}
+
+/* frames._get, keeping what the variable holds: a new reference to the innermost frame of
+ * this context, and in *value a new reference to the variable's value (a holder or a frame),
+ * for top_swap(). */
+static PyObject *
+top_read(PyObject **value)
+{
+    if (PyContextVar_Get(frame_var, NULL, value) < 0) {
+        *value = NULL;
+        return NULL;
+    }
+    PyObject *top = *value;
+    if (Py_IS_TYPE(top, &StackType)) {
+        top = ((StackObject *)top)->top;
+    }
+    Py_INCREF(top);
+    return top;
+}
+
+/* frames._get: a new reference to the innermost frame of this context. */
+static PyObject *
+top_get(void)
+{
+    PyObject *value, *top = top_read(&value);
+    Py_XDECREF(value);
+    return top;
+}
+
+/* frames._set, given what the variable held (`value`, from top_read, still referenced by
+ * the caller): make `frame` the innermost frame of this context -- in place when this
+ * context's holder is exclusive, else by setting the variable (a fresh holder). */
+static int
+top_swap(PyObject *value, PyObject *frame)
+{
+    PyObject *ctx = PyThreadState_Get()->context;
+    if (holders_on && Py_IS_TYPE(value, &StackType) && ((StackObject *)value)->owner == ctx &&
+        ctx != NULL && holder_is_exclusive(ctx, value, 1)) {
+        Py_INCREF(frame);
+        Py_SETREF(((StackObject *)value)->top, frame);
+        return 0;
+    }
+    PyObject *token;
+    if (holders_on) { /* this context's first transition, or its holder is shared */
+        StackObject *fresh = PyObject_GC_New(StackObject, &StackType);
+        if (fresh == NULL) {
+            return -1;
+        }
+        fresh->owner = NULL;
+        Py_INCREF(frame);
+        fresh->top = frame;
+        PyObject_GC_Track(fresh);
+        token = PyContextVar_Set(frame_var, (PyObject *)fresh);
+        if (token != NULL) {
+            ctx = PyThreadState_Get()->context; /* exists now, if it did not before */
+            Py_XINCREF(ctx);
+            fresh->owner = ctx;
+        }
+        Py_DECREF(fresh);
+    }
+    else {
+        token = PyContextVar_Set(frame_var, frame);
+    }
     if (token == NULL) {
         return -1;
     }
     Py_DECREF(token);
     return 0;
+}
+
+/* frames._set: make `frame` the innermost frame of this context. */
+static int
+top_set(PyObject *frame)
+{
+    PyObject *value;
+    if (PyContextVar_Get(frame_var, NULL, &value) < 0) {
+        return -1;
+    }
+    int rc = top_swap(value, frame);
+    Py_DECREF(value);
+    return rc;
 }
 
 static PyObject *
@@ -347,27 +529,58 @@ set_top(PyObject *module, PyObject *frame)
     Py_RETURN_NONE;
 }
 
-static PyObject *
-context_run_active(PyObject *module, PyObject *Py_UNUSED(ignored))
+/* Confirm the layout read above on this interpreter, in a fresh context: a holder set
+ * there is exclusive, and stops being so once the context is copied. */
+static int
+layout_confirmed(void)
 {
-    return PyBool_FromLong(in_context_run());
+    if (!CONTEXT_LAYOUT_KNOWN) {
+        return 0;
+    }
+    PyObject *ctx = PyContext_New();
+    if (ctx == NULL || PyContext_Enter(ctx) < 0) {
+        Py_XDECREF(ctx);
+        return -1;
+    }
+    int ok = 0;
+    StackObject *probe = PyObject_GC_New(StackObject, &StackType);
+    PyObject *token = NULL, *copy = NULL;
+    if (probe != NULL) {
+        probe->owner = NULL;
+        probe->top = Py_NewRef(root_frame);
+        PyObject_GC_Track(probe);
+        token = PyContextVar_Set(frame_var, (PyObject *)probe);
+        PyObject *vars = ((ContextHead *)ctx)->ctx_vars;
+        if (token != NULL && vars != NULL && strcmp(Py_TYPE(vars)->tp_name, "hamt") == 0) {
+            hamt_type = Py_TYPE(vars);
+            Py_CLEAR(token); /* a token holds the previous value only; released */
+            ok = holder_is_exclusive(ctx, (PyObject *)probe, 1);
+            copy = ok ? PyContext_CopyCurrent() : NULL;
+            ok = ok && copy != NULL && !holder_is_exclusive(ctx, (PyObject *)probe, 1);
+        }
+    }
+    Py_XDECREF(copy);
+    Py_XDECREF(token);
+    Py_XDECREF(probe);
+    if (PyContext_Exit(ctx) < 0) {
+        ok = -1;
+    }
+    Py_DECREF(ctx);
+    if (ok < 0 || PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return ok;
 }
 
 static PyObject *
-bind_thread_stack(PyObject *module, PyObject *on)
+use_holders(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    int truth = PyObject_IsTrue(on);
-    if (truth < 0) {
+    if (check_bound() < 0) {
         return NULL;
     }
-    if (truth && !CONTEXT_LAYOUT_KNOWN) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "instrument: the thread-local region stack is not supported on this "
-                        "Python version (unchecked context layout)");
-        return NULL;
-    }
-    thread_stack_on = truth;
-    Py_RETURN_NONE;
+    holders_on = layout_confirmed();
+    return PyBool_FromLong(holders_on);
 }
 
 /* -- regions --------------------------------------------------------------------------- */
@@ -404,17 +617,22 @@ read_now(PyObject *now, int64_t *out)
     return 0;
 }
 
-/* Open a host-clock frame for `self` in this context. On success returns 0 and new
- * references to the parent frame and the node, and the start time. */
+/* regions/region.py's Region._open for the host clock (CpuRegion.__enter__): open a frame
+ * for `self` in this context. On success returns 0 and new references to the parent frame
+ * and the node, and the start time. */
 static int
 open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64_t *t0)
 {
-    PyObject *parent = top_get();
+    PyObject *held = NULL;
+    PyObject *parent = top_read(&held);
     if (parent == NULL || !PyTuple_CheckExact(parent) || PyTuple_GET_SIZE(parent) != 5 ||
         !PyObject_TypeCheck(PyTuple_GET_ITEM(parent, 0), &NodeType) ||
         ((NodeObject *)PyTuple_GET_ITEM(parent, 0))->children == NULL) {
         Py_XDECREF(parent);
-        PyErr_SetString(PyExc_RuntimeError, "instrument: malformed region frame");
+        Py_XDECREF(held);
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "instrument: malformed region frame");
+        }
         return -1;
     }
     PyObject *pnode = PyTuple_GET_ITEM(parent, 0);
@@ -425,6 +643,7 @@ open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64
     else {
         if (PyErr_Occurred()) {
             Py_DECREF(parent);
+            Py_DECREF(held);
             return -1;
         }
         PyObject *level = PyLong_FromSsize_t(self->level);
@@ -434,12 +653,14 @@ open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64
         Py_XDECREF(level);
         if (node == NULL) {
             Py_DECREF(parent);
+            Py_DECREF(held);
             return -1;
         }
         if (!PyObject_TypeCheck(node, &NodeType)) {
             PyErr_SetString(PyExc_TypeError, "path node is not a NodeBase");
             Py_DECREF(node);
             Py_DECREF(parent);
+            Py_DECREF(held);
             return -1;
         }
     }
@@ -447,10 +668,11 @@ open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64
     int rc = -1;
     if (read_now(self->now, t0) == 0 && (t0obj = PyLong_FromLongLong(*t0)) != NULL &&
         (frame = PyTuple_Pack(5, node, t0obj, parent, (PyObject *)self, Py_None)) != NULL) {
-        rc = top_set(frame);
+        rc = top_swap(held, frame); /* Python code may have run since top_read: re-checked */
     }
     Py_XDECREF(t0obj);
     Py_XDECREF(frame);
+    Py_DECREF(held);
     if (rc < 0) {
         Py_DECREF(node);
         Py_DECREF(parent);
@@ -461,6 +683,7 @@ open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64
     return 0;
 }
 
+/* CpuRegion.__enter__ */
 static PyObject *
 Region_cpu_enter(RegionObject *self, PyObject *Py_UNUSED(ignored))
 {
@@ -476,6 +699,8 @@ Region_cpu_enter(RegionObject *self, PyObject *Py_UNUSED(ignored))
     return (PyObject *)self;
 }
 
+/* CpuRegion.__exit__: the innermost frame is ours -> restore its parent and record;
+ * otherwise Region._exit_top (Python) closes ours further down. */
 static PyObject *
 Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -483,12 +708,15 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (check_bound() < 0 || read_now(self->now, &t1) < 0) {
         return NULL;
     }
-    PyObject *frame = top_get();
+    PyObject *held;
+    PyObject *frame = top_read(&held);
     if (frame == NULL) {
         return NULL;
     }
-    if (PyTuple_GET_ITEM(frame, 3) != (PyObject *)self || PyTuple_GET_ITEM(frame, 4) != Py_None) {
+    if (!PyTuple_CheckExact(frame) || PyTuple_GET_SIZE(frame) != 5 ||
+        PyTuple_GET_ITEM(frame, 3) != (PyObject *)self || PyTuple_GET_ITEM(frame, 4) != Py_None) {
         Py_DECREF(frame);  /* not our frame on top: the general (Python) exit */
+        Py_DECREF(held);
         PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, str_exit_top);
         if (r == NULL) {
             return NULL;
@@ -496,7 +724,9 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(r);
         Py_RETURN_NONE;
     }
-    if (top_set(PyTuple_GET_ITEM(frame, 2)) < 0) {
+    int rc = top_swap(held, PyTuple_GET_ITEM(frame, 2));
+    Py_DECREF(held);
+    if (rc < 0) {
         Py_DECREF(frame);
         return NULL;
     }
@@ -506,6 +736,7 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* SkippedRegion.__enter__ */
 static PyObject *
 Region_skip_enter(RegionObject *self, PyObject *Py_UNUSED(ignored))
 {
@@ -513,6 +744,7 @@ Region_skip_enter(RegionObject *self, PyObject *Py_UNUSED(ignored))
     return (PyObject *)self;
 }
 
+/* SkippedRegion.__exit__ */
 static PyObject *
 Region_skip_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -866,6 +1098,18 @@ bind_stack(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "bind_stack() needs the frame ContextVar");
         return NULL;
     }
+    Py_hash_t hash = PyObject_Hash(var);
+    if (hash == -1 || (!(StackType.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&StackType) < 0)) {
+        return NULL;
+    }
+    /* the HAMT folds a 64-bit hash to 32 bits like this (Python/hamt.c, hamt_hash) */
+#if SIZEOF_PY_HASH_T <= 4
+    frame_var_hash = (int32_t)hash;
+#else
+    int32_t folded = (int32_t)(hash & 0xffffffffl) ^ (int32_t)(hash >> 32);
+    frame_var_hash = folded == -1 ? -2 : folded;
+#endif
+    holders_on = 0; /* until use_holders() confirms the layout for this variable */
     Py_INCREF(var);
     Py_XSETREF(frame_var, var);
     Py_INCREF(root);
@@ -906,12 +1150,11 @@ static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS,
      "bind(perf_counter_ns, CpuRegion, SkippedRegion): the clock read directly and the "
      "region classes of the call wrapper."},
-    {"get_top", get_top, METH_NOARGS, "The innermost frame of this thread or task."},
-    {"set_top", set_top, METH_O, "Make a frame the innermost of this thread or task."},
-    {"context_run_active", context_run_active, METH_NOARGS,
-     "True inside Context.run() (a task); used by the layout check."},
-    {"bind_thread_stack", bind_thread_stack, METH_O,
-     "Keep plain code's frames thread-locally (after the layout check passed)."},
+    {"get_top", get_top, METH_NOARGS, "frames._get: the innermost frame of this context."},
+    {"set_top", set_top, METH_O, "frames._set: make a frame the innermost of this context."},
+    {"use_holders", use_holders, METH_NOARGS,
+     "Keep each context's frames in a stack holder if the context layout is confirmed on "
+     "this interpreter (else one variable set per transition); returns whether it is."},
     {"bucket", bucket, METH_O, "The histogram bucket of a duration in ns (for tests)."},
     {NULL, NULL, 0, NULL},
 };

@@ -34,6 +34,21 @@ copied context starts from the frame that was innermost at copy time: a task cre
 region ``A`` records its regions under ``A``, whatever its creator did since. A generator runs
 in the context of whoever resumes it, so a decorated generator's frame opens and closes within
 each resumption.
+
+The C path (``get_top`` / ``set_top`` in ``instrument/_speedups.c``) keeps exactly these
+stacks without setting the variable on every transition: the variable holds, once per
+context, a small mutable *stack holder* owned by that context, and a transition swaps the
+holder's innermost frame in place — but only while no other context can see the holder (its
+owner is the running context, and no copy of the context shares the mapping that reaches it).
+When one can (the context was copied: a task was created, ``copy_context()`` was called), the
+old holder is left untouched — it keeps the frame of copy time for the copy — and the
+context gets a fresh holder, which is one ordinary variable set. So every context reads
+what it would read in pure Python. Two consequences, neither visible in results: holding a
+Python reference to a holder (``_frame.get()`` read directly) makes its owner take the slow
+path (a set per transition) while the reference lives; and a holder references its owner
+context, so the stack of a thread that ended with regions open is freed by the garbage
+collector rather than at once. Where CPython's context layout is not known (other versions)
+the C path sets the variable to the frame itself on every transition, as this module does.
 """
 
 from __future__ import annotations

@@ -19,9 +19,7 @@ is loaded and leaves the Python definition in place otherwise (no extension buil
 
 from __future__ import annotations
 
-import contextvars
 import functools
-import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -33,30 +31,13 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _context_layout_is_known(native: Any) -> bool:
-    """Whether the C path reads "inside Context.run()" right on this Python (checked once:
-    false in a fresh thread, true inside ``copy_context().run``); else it keeps every frame
-    in the context variable, as the pure-Python path does."""
-    outside: list[bool] = []
-
-    def read_outside() -> None:
-        contextvars.ContextVar("instrument_probe").get(None)  # make the thread's own context
-        outside.append(native.context_run_active())
-
-    probe = threading.Thread(target=read_outside)
-    probe.start()
-    probe.join()
-    inside = contextvars.copy_context().run(native.context_run_active)
-    return outside == [False] and inside is True
-
-
 def frame_accessors(var: ContextVar[T], root: T) -> tuple[Callable[[], T], Callable[[T], object]]:
     """``(get, set)`` of this context's innermost frame: the context variable's own methods,
     or the C ``get_top`` / ``set_top`` bound to it."""
     if speedups is None:
         return var.get, var.set
     speedups.bind_stack(var, root)
-    speedups.bind_thread_stack(_context_layout_is_known(speedups))
+    speedups.use_holders()  # per-context stack holders where the layout is confirmed
     return speedups.get_top, speedups.set_top
 
 
