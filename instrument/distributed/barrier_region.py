@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from instrument import _state, registry
-from instrument.distributed.barrier import barrier_with_timeout
+from instrument.distributed.barrier import _seconds, barrier_with_timeout
 from instrument.regions.frames import _get
 from instrument.regions.region import CPU, Region
 
@@ -25,6 +25,7 @@ class BarrierRegion:
     __slots__ = ("group", "region", "timeout")
 
     def __init__(self, region: Region, group: Any, timeout: timedelta | float) -> None:
+        _check_timeout(timeout)
         self.region = region
         self.group = group
         self.timeout = timeout
@@ -69,3 +70,14 @@ class BarrierRegion:
 
     def __repr__(self) -> str:
         return f"<BarrierRegion {self.region.name!r}>"
+
+
+def _check_timeout(timeout: object) -> None:
+    """Refuse a bad ``barrier_timeout`` when the region is built, not when it is entered."""
+    accepted = "a number of seconds > 0 or a datetime.timedelta"
+    try:
+        _seconds(timeout)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"barrier_timeout must be {accepted}, got {timeout!r}") from None
+    except ValueError:
+        raise ValueError(f"barrier_timeout must be {accepted}, got {timeout!r}") from None

@@ -11,6 +11,7 @@ enters and exits the stack of its context is defined in :mod:`instrument.regions
 from __future__ import annotations
 
 import threading
+import unicodedata
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -28,9 +29,14 @@ _lock = threading.Lock()
 
 
 def check_name(name: object) -> str:
-    """Validate a region name: a non-empty string without '/'."""
+    """Validate a region name: a non-empty string without '/' or control characters."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"region name must be a non-empty string, got {name!r}")
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise ValueError(
+            f"region name {name!r} contains a control character (a newline, a tab, ...); "
+            "names print one per line in reports, so use printable characters only"
+        )
     if "/" in name:
         raise ValueError(
             f"region name {name!r} contains '/'; '/' separates path levels, "

@@ -1,0 +1,51 @@
+"""Bad region arguments are refused when the region is built, naming what is wrong."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+import instrument
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [(-5, ValueError), (0, ValueError), (timedelta(0), ValueError), ("1s", TypeError)],
+)
+def test_a_bad_barrier_timeout_is_refused_by_timed(timeout: object, error: type) -> None:
+    with pytest.raises(error, match=r"barrier_timeout must be .*, got " + repr(timeout)[:3]):
+        instrument.timed("b", barrier=True, barrier_timeout=timeout)  # type: ignore[arg-type]
+
+
+def test_a_good_barrier_timeout_is_taken() -> None:
+    instrument.timed("b", barrier=True, barrier_timeout=2.5)
+    instrument.timed("b", barrier=True, barrier_timeout=timedelta(seconds=1))
+
+
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "nul\x00", "bell\x07", "del\x7f"])
+def test_region_names_with_control_characters_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="control character"):
+        instrument.timed(name)
+    with pytest.raises(ValueError, match="control character"):
+        instrument.timer(name)
+
+
+def test_printable_names_with_spaces_and_unicode_are_fine() -> None:
+    instrument.timed("forward pass")
+    instrument.timed("étape · 1")
+
+
+class FloatClock:
+    def now_ns(self) -> float:
+        return 1.5
+
+    def __repr__(self) -> str:
+        return "FloatClock()"
+
+
+def test_a_clock_returning_a_float_is_refused_when_adopted() -> None:
+    with pytest.raises(TypeError, match=r"clock FloatClock\(\): now_ns\(\) must return an int"):
+        instrument.configure(clock=FloatClock())
+    with pytest.raises(TypeError, match=r"clock FloatClock\(\): now_ns\(\) must return an int"):
+        instrument.timed("x", clock=FloatClock())
