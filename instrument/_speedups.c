@@ -26,7 +26,7 @@ static PyObject *perf_counter_ns = NULL;
 static PyTypeObject *cpu_region_type = NULL;
 static PyTypeObject *skipped_region_type = NULL;
 
-static PyObject *str_child, *str_cpu, *str_exit_top, *str_call;
+static PyObject *str_child, *str_cpu, *str_exit_top, *str_call, *str_drop_innermost;
 
 /* -- path nodes ------------------------------------------------------------------------ */
 
@@ -705,7 +705,31 @@ static PyObject *
 Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t t1;
-    if (check_bound() < 0 || read_now(self->now, &t1) < 0) {
+    if (check_bound() < 0) {
+        return NULL;
+    }
+    /* failing: the block raised (__exit__'s exc_type is not None) */
+    PyObject *failing = (nargs >= 1 && args[0] != Py_None) ? Py_True : Py_False;
+    if (read_now(self->now, &t1) < 0) {
+        /* the clock failed: close the frame, record nothing; the block's own exception,
+         * if any, propagates instead of the clock's (Region._drop_innermost) */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, str_drop_innermost);
+        if (r == NULL) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            return NULL;
+        }
+        Py_DECREF(r);
+        if (failing == Py_True) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            Py_RETURN_NONE;
+        }
+        PyErr_Restore(et, ev, tb);
         return NULL;
     }
     PyObject *held;
@@ -717,7 +741,7 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_GET_ITEM(frame, 3) != (PyObject *)self || PyTuple_GET_ITEM(frame, 4) != Py_None) {
         Py_DECREF(frame);  /* not our frame on top: the general (Python) exit */
         Py_DECREF(held);
-        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, str_exit_top);
+        PyObject *r = PyObject_CallMethodOneArg((PyObject *)self, str_exit_top, failing);
         if (r == NULL) {
             return NULL;
         }
@@ -755,7 +779,8 @@ Region_skip_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
     int owned = PyTuple_GET_ITEM(frame, 3) == (PyObject *)self;
     Py_DECREF(frame);
     if (owned) { /* entered while enabled, exited after disable(): close it */
-        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, str_exit_top);
+        PyObject *failing = (nargs >= 1 && args[0] != Py_None) ? Py_True : Py_False;
+        PyObject *r = PyObject_CallMethodOneArg((PyObject *)self, str_exit_top, failing);
         if (r == NULL) {
             return NULL;
         }
@@ -909,16 +934,29 @@ CallTimer_vectorcall(CallTimerObject *self, PyObject *const *args, size_t nargsf
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);  /* keep the call's exception untouched */
     int clock_ok = read_now(((RegionObject *)region)->now, &t1) == 0;
+    PyObject *ct = NULL, *cv = NULL, *ctb = NULL;
+    if (!clock_ok) {
+        PyErr_Fetch(&ct, &cv, &ctb); /* the clock's error */
+    }
     int restored = top_set(parent) == 0;
     if (clock_ok) {
         node_add(node, t1 - t0);
     }
-    if (!clock_ok || !restored) {
+    if (!restored) {
         PyErr_Clear();  /* instrumentation must not replace the call's outcome */
     }
-    PyErr_Restore(et, ev, tb);
     Py_DECREF(parent);
     Py_DECREF(node);
+    if (!clock_ok && result != NULL) {
+        /* the call succeeded but the clock failed: its error, as for a `with` block */
+        Py_DECREF(result);
+        PyErr_Restore(ct, cv, ctb);
+        return NULL;
+    }
+    Py_XDECREF(ct);
+    Py_XDECREF(cv);
+    Py_XDECREF(ctb);
+    PyErr_Restore(et, ev, tb);
     return result;
 }
 
@@ -1179,7 +1217,8 @@ PyInit__speedups(void)
     str_cpu = PyUnicode_InternFromString("cpu");
     str_exit_top = PyUnicode_InternFromString("_exit_top");
     str_call = PyUnicode_InternFromString("_call");
-    if (!str_child || !str_cpu || !str_exit_top || !str_call) {
+    str_drop_innermost = PyUnicode_InternFromString("_drop_innermost");
+    if (!str_child || !str_cpu || !str_exit_top || !str_call || !str_drop_innermost) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module_def);

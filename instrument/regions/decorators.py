@@ -88,15 +88,24 @@ def _sync_wrapper(region: Region) -> Callable[..., Any]:
         now = r._now
         t0 = now()
         _set((node, t0, parent, r, None))
+        ok = False
         try:
-            return wrapped(*args, **kwargs)
+            result = wrapped(*args, **kwargs)
+            ok = True
+            return result
         finally:
-            t1 = now()
-            _set(parent)
-            buf = node.buf
-            buf.append(t1 - t0)
-            if len(buf) >= CHUNK:
-                fold(node)
+            try:
+                t1 = now()
+            except BaseException:
+                _set(parent)
+                if ok:  # the clock's error; never in place of the call's own
+                    raise
+            else:
+                _set(parent)
+                buf = node.buf
+                buf.append(t1 - t0)
+                if len(buf) >= CHUNK:
+                    fold(node)
 
     return wrapper
 
@@ -104,11 +113,14 @@ def _sync_wrapper(region: Region) -> Callable[..., Any]:
 def _async_wrapper(region: Region) -> Callable[..., Any]:
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         frame = region._open()
+        ok = False
         try:
-            return await wrapped(*args, **kwargs)
+            result = await wrapped(*args, **kwargs)
+            ok = True
+            return result
         finally:
             if frame is not None:
-                _close(frame)
+                _close(frame, failing=not ok)
 
     return wrapper
 
@@ -126,13 +138,16 @@ def _timed_generator(region: Region, gen: Generator[Any, Any, Any]) -> Generator
     thrown: BaseException | None = None
     while True:
         frame = region._open()
+        ok = False
         try:
             item = gen.send(sent) if thrown is None else gen.throw(thrown)
+            ok = True
         except StopIteration as stop:
+            ok = True
             return stop.value
         finally:
             if frame is not None:
-                _close(frame)
+                _close(frame, failing=not ok)
         try:
             sent = yield item
             thrown = None
@@ -158,13 +173,16 @@ async def _timed_async_generator(
     thrown: BaseException | None = None
     while True:
         frame = region._open()
+        ok = False
         try:
             item = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+            ok = True
         except StopAsyncIteration:
+            ok = True
             return
         finally:
             if frame is not None:
-                _close(frame)
+                _close(frame, failing=not ok)
         try:
             sent = yield item
             thrown = None

@@ -23,6 +23,11 @@ The state machine (every transition reads and writes only this context's innermo
   A frame that is not on this context's stack (closed from another thread or task) is recorded
   and kept out of the open-region report (``registry.closed_elsewhere``).
 - **exception**: the same as exit; the exception propagates unchanged.
+- **clock error**: a clock that raises on enter opens nothing (the error propagates before
+  the block or call runs). A clock that raises on exit still closes the frame (the stack
+  stays consistent) and records nothing; its error propagates only if the block or call
+  itself succeeded — an exception of the block is never replaced. The same for ``with``,
+  decorators and ``Timer``, on both paths.
 - **abandon** (:func:`abandon`): drop a region's innermost frame without recording it.
 - **record**: the duration ``t1 - t0`` goes into the node's buffer (``node.add``); device
   regions also queue their event pair for the flush.
@@ -109,14 +114,24 @@ def abandon(region: Region) -> None:
         _set(top[2])
 
 
-def _close(frame: Frame) -> None:
-    """Stop timing ``frame``: read the clock(s), unlink it, record the duration."""
+def _close(frame: Frame, failing: bool = False) -> None:
+    """Stop timing ``frame``: read the clock(s), unlink it, record the duration.
+
+    If the clock raises, ``frame`` is unlinked and nothing is recorded; the clock's error
+    propagates unless the block itself is ``failing`` (raising), whose exception then
+    propagates unchanged."""
     owner = frame[3]
     if owner.mode == "sync":
         clocks.synchronize()
     start_event = frame[4]
     end_event = clocks.record_event() if start_event is not None else None
-    t1 = owner._now()
+    try:
+        t1 = owner._now()
+    except BaseException:
+        _unlink(frame)
+        if failing:
+            return
+        raise
     if owner._observed or observe._open or observe.trace is not None:
         observe.exited(frame, t1)
     if not _unlink(frame):  # it stays on its own context's stack: never report it as open

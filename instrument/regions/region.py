@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from instrument import _state, clocks, observe
 from instrument.regions import native
-from instrument.regions.frames import Frame, _close, _get, _set
+from instrument.regions.frames import Frame, _close, _get, _set, _unlink
 from instrument.regions.warn import warn_once
 from instrument.registry import CHUNK, fold
 
@@ -118,15 +118,17 @@ class Region(RegionBase):
             observe.entered(self, frame)
         return frame
 
-    def _exit_top(self) -> None:
-        """Close this region's innermost frame in this context (the ``with`` exit)."""
-        top = _get()
-        if top[3] is self:
-            _close(top)
-            return
-        frame: Frame | None = top[2]
+    def _innermost(self) -> Frame | None:
+        """This region's innermost open frame in this context, or None."""
+        frame: Frame | None = _get()
         while frame is not None and frame[3] is not self:
             frame = frame[2]
+        return frame
+
+    def _exit_top(self, failing: bool = False) -> None:
+        """Close this region's innermost frame in this context (the ``with`` exit;
+        ``failing``: the block raised)."""
+        frame = self._innermost()
         if frame is None:
             warn_once(
                 f"exit:{self.name}",
@@ -134,15 +136,25 @@ class Region(RegionBase):
                 "context (entered in another thread or task?); nothing was recorded",
             )
             return
-        _close(frame)
+        _close(frame, failing)
+
+    def _drop_innermost(self) -> None:
+        """Take this region's innermost frame off this context's stack, recording nothing
+        (its exit clock failed)."""
+        frame = self._innermost()
+        if frame is not None:
+            _unlink(frame)
 
     def _call(self, wrapped: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         frame = self._open()
+        ok = False
         try:
-            return wrapped(*args, **kwargs)
+            result = wrapped(*args, **kwargs)
+            ok = True
+            return result
         finally:
             if frame is not None:
-                _close(frame)
+                _close(frame, failing=not ok)
 
 
 class CpuRegion(Region):
@@ -165,10 +177,16 @@ class CpuRegion(Region):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        t1 = self._now()
+        try:
+            t1 = self._now()
+        except BaseException:
+            self._drop_innermost()
+            if exc_type is None:
+                raise
+            return
         frame = _get()
         if frame[3] is not self or frame[4] is not None:
-            self._exit_top()
+            self._exit_top(exc_type is not None)
             return
         _set(frame[2])
         node = frame[0]
@@ -193,7 +211,7 @@ class DeviceRegion(Region):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._exit_top()
+        self._exit_top(exc_type is not None)
 
 
 class CudaRegion(DeviceRegion):
@@ -249,7 +267,7 @@ class SkippedRegion(Region):
         tb: TracebackType | None,
     ) -> None:
         if _get()[3] is self:  # entered while enabled, exited after disable()
-            _close(_get())
+            _close(_get(), exc_type is not None)
 
     def _open(self) -> Frame | None:
         return None
