@@ -35,7 +35,7 @@ def test_decorated_sync_function_is_a_wrapt_function_wrapper_calling_directly() 
         assert type(decorated).__name__ == "TimedFunctionWrapper"
     assert decorated(1, 2) == (1, 2, 3)
     assert decorated(1, b=2, c=4) == (1, 2, 4)
-    assert decorated(*(1,), **{"b": 5}) == (1, 5, 3)  # the tp_call path (tuple and dict)
+    assert type(decorated).__call__(decorated, 1, b=5) == (1, 5, 3)  # tuple and dict
     assert functools.partial(decorated, 7)(8) == (7, 8, 3)
     with pytest.raises(TypeError):
         decorated(a=1, b=2)  # positional-only, as for the undecorated function
