@@ -905,7 +905,8 @@ static PyMethodDef module_methods[] = {
     {"bucket", bucket, METH_O, "The histogram bucket of a duration in ns (for tests)."},
     {"timed_function_types", timed_function_types, METH_VARARGS,
      "timed_function_types(wrapt FunctionWrapper, BoundFunctionWrapper): the decorator's "
-     "wrapper types, derived from them, calling the wrapped function directly."},
+     "wrapper types derived from them, calling the wrapped function directly: (for a plain "
+     "function, for any other callable, bound)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -959,6 +960,9 @@ PyInit__speedups(void)
  * That is what CallTimer does: it ignores `instance`, and every binding wrapt applies ends
  * in wrapped(*args, **kwargs). A skipped region calls the function directly (wrapt's
  * enabled= flag); any other region, or a wrapper set by hand, takes wrapt's own call.
+ * Around a plain Python function the type is also a method descriptor, as functions are:
+ * obj.method(x) then calls it with (obj, x) -- the function's own call -- without making
+ * a bound wrapper first (attribute access, obj.method, still makes one).
  * wrapt's object layout is copied below and checked on live objects before use. */
 
 typedef struct { /* wrapt._wrappers: WraptObjectProxyObject + WraptFunctionWrapperObject */
@@ -980,7 +984,8 @@ typedef struct {
     vectorcallfunc vectorcall;
 } TimedWrapperObject;
 
-static PyTypeObject *timed_function_type = NULL, *timed_bound_type = NULL;
+static PyTypeObject *timed_function_type = NULL, *timed_callable_type = NULL;
+static PyTypeObject *timed_bound_type = NULL;
 static ternaryfunc wrapt_function_call = NULL, wrapt_bound_call = NULL;
 static newfunc wrapt_function_new = NULL, wrapt_bound_new = NULL;
 
@@ -1139,6 +1144,14 @@ static PyType_Spec timed_function_spec = {
     .name = "instrument._speedups.TimedFunctionWrapper",
     .basicsize = sizeof(TimedWrapperObject),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = timed_function_slots,
+};
+
+static PyType_Spec timed_callable_spec = {
+    .name = "instrument._speedups.TimedCallableWrapper",
+    .basicsize = sizeof(TimedWrapperObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = timed_function_slots,
 };
@@ -1181,6 +1194,25 @@ wrapt_layout_matches(PyObject *type, PyObject *args, PyObject *const *expect)
     return same;
 }
 
+/* A new type from `spec` deriving from `base`; with `bound`, binding to that type. */
+static PyObject *
+derive(PyType_Spec *spec, PyObject *base, PyObject *bound)
+{
+    PyObject *bases = PyTuple_Pack(1, base);
+    PyObject *type = bases ? PyType_FromSpecWithBases(spec, bases) : NULL;
+    Py_XDECREF(bases);
+    if (type != NULL && bound != NULL) {
+        if (PyDict_SetItemString(((PyTypeObject *)type)->tp_dict, "__bound_function_wrapper__",
+                                 bound) < 0) {
+            Py_CLEAR(type);
+        }
+        else {
+            PyType_Modified((PyTypeObject *)type);
+        }
+    }
+    return type;
+}
+
 static PyObject *
 timed_function_types(PyObject *module, PyObject *args)
 {
@@ -1195,7 +1227,7 @@ timed_function_types(PyObject *module, PyObject *args)
                             "timed_function_types() was already bound to other wrapt types");
             return NULL;
         }
-        return PyTuple_Pack(2, timed_function_type, timed_bound_type);
+        return PyTuple_Pack(3, timed_function_type, timed_callable_type, timed_bound_type);
     }
     /* probes: a builtin to wrap (binding "builtin"), distinct markers for every field */
     PyObject *wrapped = PyObject_GetAttrString(module, "bucket");
@@ -1237,25 +1269,20 @@ timed_function_types(PyObject *module, PyObject *args)
     timed_function_slots[1].pfunc = (void *)((PyTypeObject *)function_type)->tp_clear;
     timed_bound_slots[0].pfunc = (void *)((PyTypeObject *)bound_type)->tp_traverse;
     timed_bound_slots[1].pfunc = (void *)((PyTypeObject *)bound_type)->tp_clear;
-    PyObject *fbases = PyTuple_Pack(1, function_type);
-    PyObject *bbases = PyTuple_Pack(1, bound_type);
-    PyObject *ftype = fbases ? PyType_FromSpecWithBases(&timed_function_spec, fbases) : NULL;
-    PyObject *btype = bbases && ftype ? PyType_FromSpecWithBases(&timed_bound_spec, bbases)
-                                      : NULL;
-    Py_XDECREF(fbases);
-    Py_XDECREF(bbases);
-    if (btype == NULL || PyDict_SetItemString(((PyTypeObject *)ftype)->tp_dict,
-                                              "__bound_function_wrapper__", btype) < 0) {
-        Py_XDECREF(ftype);
+    PyObject *btype = derive(&timed_bound_spec, bound_type, NULL);
+    PyObject *ftype = btype ? derive(&timed_function_spec, function_type, btype) : NULL;
+    PyObject *ctype = ftype ? derive(&timed_callable_spec, function_type, btype) : NULL;
+    if (ctype == NULL) {
         Py_XDECREF(btype);
+        Py_XDECREF(ftype);
         return NULL;
     }
-    PyType_Modified((PyTypeObject *)ftype);
     wrapt_function_call = ((PyTypeObject *)function_type)->tp_call;
     wrapt_function_new = ((PyTypeObject *)function_type)->tp_new;
     wrapt_bound_call = ((PyTypeObject *)bound_type)->tp_call;
     wrapt_bound_new = ((PyTypeObject *)bound_type)->tp_new;
     timed_function_type = (PyTypeObject *)ftype;
+    timed_callable_type = (PyTypeObject *)ctype;
     timed_bound_type = (PyTypeObject *)btype;
-    return PyTuple_Pack(2, ftype, btype);
+    return PyTuple_Pack(3, ftype, ctype, btype);
 }

@@ -119,6 +119,31 @@ def test_every_binding_calls_the_function_and_records(reporter: instrument.Repor
     assert (report["method"].count, report["cm"].count, report["sm"].count) == (2, 2, 2)
 
 
+def test_a_method_call_needs_no_bound_wrapper_and_gets_the_instance(
+    reporter: instrument.Reporter,
+) -> None:
+    class Counter:
+        def __init__(self) -> None:
+            self.seen: list[Any] = []
+
+        @instrument.timed("add")
+        def add(self, *args: Any, **kwargs: Any) -> Counter:
+            self.seen.append((args, kwargs))
+            return self
+
+    counter = Counter()
+    assert counter.add(1, k=2) is counter  # obj.method(...): the function called with obj
+    assert Counter.add(counter, 3) is counter
+    add = Counter.__dict__["add"]
+    assert add(counter) is counter  # the wrapper called directly, as the function would be
+    assert counter.seen == [((1,), {"k": 2}), ((3,), {}), ((), {})]
+    if speedups is not None:
+        assert type(add).__name__ == "TimedFunctionWrapper"
+        assert type(Model.__dict__["cm"]).__name__ == "TimedCallableWrapper"
+        assert type(Model.__dict__["sm"]).__name__ == "TimedCallableWrapper"
+    assert reporter.flush()["add"].count == 3
+
+
 def test_disabled_and_level_skipped_calls_record_nothing(reporter: instrument.Reporter) -> None:
     calls: list[int] = []
     plain = instrument.timed("plain")(calls.append)
@@ -149,12 +174,20 @@ def test_device_clock_regions_take_wrapt_s_generic_call(gpu: FakeCuda) -> None:
     def step(x: int, *, k: int) -> int:
         return x + k
 
+    class OnDevice:
+        @instrument.timed("on_device_method", clock="cuda")
+        def method(self, x: int) -> tuple[OnDevice, int]:
+            return self, x
+
     assert step(1, k=2) == 3
     assert Model().method(1, y=1) == 4  # host clock, bound, next to it
-    assert gpu.records == 2
+    on_device = OnDevice()
+    assert on_device.method(5) == (on_device, 5)
+    assert gpu.records == 4
     report = reporter.flush()
     assert report["on_device"].clock == "cuda"
     assert report["on_device"].count == 1
+    assert report["on_device_method"].count == 1
     assert report["method"].clock == "cpu"
     reporter.close()
 
@@ -162,7 +195,7 @@ def test_device_clock_regions_take_wrapt_s_generic_call(gpu: FakeCuda) -> None:
 @needs_c
 def test_a_wrapper_other_than_the_call_timer_gets_wrapt_s_own_call() -> None:
     assert speedups is not None
-    timed_type, bound_type = speedups.timed_function_types(
+    _, timed_type, bound_type = speedups.timed_function_types(
         wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper
     )
     seen: list[Any] = []
