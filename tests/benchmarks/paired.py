@@ -23,7 +23,9 @@ WARMUP_ROUNDS = 30
 class Contender:
     """One row of a paired group: ``fn`` performs ``inner`` operations; ``setup`` runs
     untimed before each of its rounds. ``peer``: another library's timer (the targets may
-    ask to be cheaper than every peer)."""
+    ask to be cheaper than every peer). ``above``: the label of the row whose cost this one
+    adds to (a plain call under a decorator, an empty loop under a ``with``); in a group
+    whose baseline names one, ratios compare added costs (see :func:`run_paired`)."""
 
     label: str
     fn: Callable[[], object]
@@ -33,6 +35,7 @@ class Contender:
     floor: bool = False
     peer: bool = False
     note: str = ""
+    above: str | None = None
 
 
 def run_paired(
@@ -40,11 +43,22 @@ def run_paired(
 ) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
     """Time every contender once per round, in an order rotating by one each round; return
     one summary per contender (``report_ratios.py``'s ``paired_rows``) and each contender's
-    ns per operation, round by round."""
+    ns per operation, round by round.
+
+    A ratio is the median of the per-round ratios to the baseline. When the baseline is
+    measured ``above`` another row, ratios compare costs added above each row's ``above``
+    row instead (a row without one adds its whole cost): the median over rounds of a row's
+    added cost (its time minus its ``above`` row's, in the same round) divided by the
+    baseline's — a difference per round cancels the machine's drift, the medians its
+    outliers."""
     bases = [c for c in contenders if c.baseline]
     if len(bases) != 1:
         raise ValueError("a paired group needs exactly one baseline contender")
     base = bases[0]
+    labels = {c.label for c in contenders}
+    for c in contenders:
+        if c.above is not None and (c.above not in labels or c.above == c.label):
+            raise ValueError(f"{c.label!r} is measured above {c.above!r}, not another row")
     per_op: dict[str, list[float]] = {c.label: [] for c in contenders}
     n = len(contenders)
     for r in range(warmup_rounds + rounds):
@@ -59,19 +73,40 @@ def run_paired(
                 per_op[contender.label].append(elapsed / contender.inner)
     summary = []
     for c in contenders:
-        ratios = [a / b for a, b in zip(per_op[c.label], per_op[base.label], strict=True)]
+        if base.above is None:
+            ratios = [a / b for a, b in zip(per_op[c.label], per_op[base.label], strict=True)]
+            ratio_median = statistics.median(ratios)
+            ratio_min = min(per_op[c.label]) / min(per_op[base.label])
+        else:
+            ratio_median = statistics.median(_added(c, per_op)) / statistics.median(
+                _added(base, per_op)
+            )
+            ratio_min = _added_min(c, per_op) / _added_min(base, per_op)
         summary.append(
             {
                 "label": c.label,
                 "min_ns": min(per_op[c.label]),
                 "median_ns": statistics.median(per_op[c.label]),
-                "ratio_median": statistics.median(ratios),
-                "ratio_min": min(per_op[c.label]) / min(per_op[base.label]),
+                "ratio_median": ratio_median,
+                "ratio_min": ratio_min,
                 "rounds": rounds,
                 "baseline": c.baseline,
                 "floor": c.floor,
                 "peer": c.peer,
                 "note": c.note,
+                "above": c.above,
             }
         )
     return summary, per_op
+
+
+def _added(c: Contender, per_op: dict[str, list[float]]) -> list[float]:
+    """``c``'s cost above its ``above`` row, round by round."""
+    if c.above is None:
+        return per_op[c.label]
+    return [a - b for a, b in zip(per_op[c.label], per_op[c.above], strict=True)]
+
+
+def _added_min(c: Contender, per_op: dict[str, list[float]]) -> float:
+    """``c``'s least time minus its ``above`` row's least time."""
+    return min(per_op[c.label]) - (0.0 if c.above is None else min(per_op[c.above]))
