@@ -39,7 +39,12 @@ class Contender:
 
 
 def run_paired(
-    contenders: Sequence[Contender], *, rounds: int = ROUNDS, warmup_rounds: int = WARMUP_ROUNDS
+    contenders: Sequence[Contender],
+    *,
+    rounds: int = ROUNDS,
+    warmup_rounds: int = WARMUP_ROUNDS,
+    clock: Callable[[], int] = perf_counter_ns,
+    interleave: int = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
     """Time every contender once per round, in an order rotating by one each round; return
     one summary per contender (``report_ratios.py``'s ``paired_rows``) and each contender's
@@ -50,7 +55,13 @@ def run_paired(
     row instead (a row without one adds its whole cost): the median over rounds of a row's
     added cost (its time minus its ``above`` row's, in the same round) divided by the
     baseline's — a difference per round cancels the machine's drift, the medians its
-    outliers."""
+    outliers.
+
+    ``clock`` times the rounds: wall time by default; ``time.thread_time_ns`` (CPU time of
+    this thread) for rounds long enough to be preempted many times on a shared machine.
+    ``interleave``: a round calls each contender's ``fn`` that many times, alternating
+    contenders call by call (each call after its ``setup``); its time is the sum — for
+    operations as long as a training step, whose cost drifts within a round."""
     bases = [c for c in contenders if c.baseline]
     if len(bases) != 1:
         raise ValueError("a paired group needs exactly one baseline contender")
@@ -62,15 +73,18 @@ def run_paired(
     per_op: dict[str, list[float]] = {c.label: [] for c in contenders}
     n = len(contenders)
     for r in range(warmup_rounds + rounds):
-        for i in range(n):
-            contender = contenders[(i + r) % n]
-            if contender.setup is not None:
-                contender.setup()
-            start = perf_counter_ns()
-            contender.fn()
-            elapsed = perf_counter_ns() - start
-            if r >= warmup_rounds:
-                per_op[contender.label].append(elapsed / contender.inner)
+        order = [contenders[(i + r) % n] for i in range(n)]
+        spent = dict.fromkeys(labels, 0)
+        for _ in range(interleave):
+            for contender in order:
+                if contender.setup is not None:
+                    contender.setup()
+                start = clock()
+                contender.fn()
+                spent[contender.label] += clock() - start
+        if r >= warmup_rounds:
+            for c in contenders:
+                per_op[c.label].append(spent[c.label] / (c.inner * interleave))
     summary = []
     for c in contenders:
         if base.above is None:
