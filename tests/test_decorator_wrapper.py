@@ -16,11 +16,14 @@ import wrapt
 from fake_cuda import FakeCuda, fake_cuda
 
 import instrument
-from instrument import region as regions
 from instrument._native import speedups
+from instrument.regions import frames as regions
+from instrument.regions import native
 from instrument.testing import FakeClock
 
-needs_c = pytest.mark.skipif(speedups is None, reason="C accelerator not built or disabled")
+#: The C types are in use: the extension is built and wrapt runs on its own C types.
+FAST = native.timed_types is not None
+needs_c = pytest.mark.skipif(not FAST, reason="C accelerator or wrapt's C types not in use")
 
 
 def test_decorated_sync_function_is_a_wrapt_function_wrapper_calling_directly() -> None:
@@ -31,7 +34,7 @@ def test_decorated_sync_function_is_a_wrapt_function_wrapper_calling_directly() 
     assert isinstance(decorated, wrapt.FunctionWrapper)
     assert decorated.__wrapped__ is f
     assert inspect.signature(decorated) == inspect.signature(f)
-    if speedups is not None:
+    if FAST:
         assert type(decorated).__name__ == "TimedFunctionWrapper"
     assert decorated(1, 2) == (1, 2, 3)
     assert decorated(1, b=2, c=4) == (1, 2, 4)
@@ -105,7 +108,7 @@ def test_every_binding_calls_the_function_and_records(reporter: instrument.Repor
     m = Model()
     bound = m.method
     assert isinstance(bound, wrapt.BoundFunctionWrapper)
-    if speedups is not None:
+    if FAST:
         assert type(bound).__name__ == "TimedBoundFunctionWrapper"
     assert bound(2, y=1) == 7
     assert Model.method(m, 2) == 6  # the instance passed by hand
@@ -137,7 +140,7 @@ def test_a_method_call_needs_no_bound_wrapper_and_gets_the_instance(
     add = Counter.__dict__["add"]
     assert add(counter) is counter  # the wrapper called directly, as the function would be
     assert counter.seen == [((1,), {"k": 2}), ((3,), {}), ((), {})]
-    if speedups is not None:
+    if FAST:
         assert type(add).__name__ == "TimedFunctionWrapper"
         assert type(Model.__dict__["cm"]).__name__ == "TimedCallableWrapper"
         assert type(Model.__dict__["sm"]).__name__ == "TimedCallableWrapper"
@@ -231,7 +234,7 @@ REFUSED_TYPES = [
     "wrapt.ObjectProxy, wrapt.BoundFunctionWrapper",
     "wrapt.FunctionWrapper, wrapt.FunctionWrapper",
     "type('Py', (), {}), wrapt.BoundFunctionWrapper",
-    "wrapt.wrappers.FunctionWrapper, wrapt.wrappers.BoundFunctionWrapper",  # pure Python
+    "wrapt.wrappers.FunctionWrapper, wrapt.wrappers.BoundFunctionWrapper",  # wrapt's Python
 ]
 
 
