@@ -1182,6 +1182,8 @@ bucket(PyObject *module, PyObject *arg)
     return PyLong_FromLong(bucket_of((int64_t)v));
 }
 
+static PyObject *timed_function_types(PyObject *module, PyObject *args); /* at the end */
+
 static PyMethodDef module_methods[] = {
     {"bind_stack", bind_stack, METH_VARARGS,
      "bind_stack(frame_var, root_frame): the context variable holding the innermost frame."},
@@ -1194,6 +1196,10 @@ static PyMethodDef module_methods[] = {
      "Keep each context's frames in a stack holder if the context layout is confirmed on "
      "this interpreter (else one variable set per transition); returns whether it is."},
     {"bucket", bucket, METH_O, "The histogram bucket of a duration in ns (for tests)."},
+    {"timed_function_types", timed_function_types, METH_VARARGS,
+     "timed_function_types(wrapt FunctionWrapper, BoundFunctionWrapper): the decorator's "
+     "wrapper types derived from them, calling the wrapped function directly: (for a plain "
+     "function, for any other callable, bound)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1236,4 +1242,341 @@ PyInit__speedups(void)
         return NULL;
     }
     return m;
+}
+
+/* -- the decorated function itself: a wrapt FunctionWrapper that calls directly ---------
+ * wrapt's FunctionWrapper calls wrapper(wrapped, instance, args, kwargs): a tuple, a dict
+ * and a __self__ lookup per call, two thirds of a timed call. timed_function_types()
+ * derives from wrapt's C FunctionWrapper and BoundFunctionWrapper (so the result is still
+ * a wrapt object: introspection, binding, __wrapped__, signature, isinstance) a pair of
+ * types whose vectorcall, while the wrapper is a CallTimer on a host-clock region, opens
+ * the region, calls the wrapped function with the caller's own arguments and closes it.
+ * That is what CallTimer does: it ignores `instance`, and every binding wrapt applies ends
+ * in wrapped(*args, **kwargs). A skipped region calls the function directly (wrapt's
+ * enabled= flag); any other region, or a wrapper set by hand, takes wrapt's own call.
+ * Around a plain Python function the type is also a method descriptor, as functions are:
+ * obj.method(x) then calls it with (obj, x) -- the function's own call -- without making
+ * a bound wrapper first (attribute access, obj.method, still makes one).
+ * wrapt's object layout is copied below and checked on live objects before use. */
+
+typedef struct { /* wrapt._wrappers: WraptObjectProxyObject + WraptFunctionWrapperObject */
+    PyObject_HEAD
+    PyObject *dict;
+    PyObject *wrapped;
+    PyObject *weakreflist;
+    int init_called;
+    PyObject *instance;
+    PyObject *wrapper;
+    PyObject *enabled;
+    PyObject *binding;
+    PyObject *parent;
+    PyObject *owner;
+} WraptFunctionWrapperLayout;
+
+typedef struct {
+    WraptFunctionWrapperLayout base;
+    vectorcallfunc vectorcall;
+} TimedWrapperObject;
+
+static PyTypeObject *timed_function_type = NULL, *timed_callable_type = NULL;
+static PyTypeObject *timed_bound_type = NULL;
+static ternaryfunc wrapt_function_call = NULL, wrapt_bound_call = NULL;
+static newfunc wrapt_function_new = NULL, wrapt_bound_new = NULL;
+
+/* wrapt's own call with a tuple and a dict made from vectorcall arguments. */
+static PyObject *
+timed_generic_call(PyObject *self, ternaryfunc call, PyObject *const *args, size_t nargsf,
+                   PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *tuple = PyTuple_New(nargs), *kwargs = NULL, *result = NULL;
+    if (tuple == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(tuple, i, args[i]);
+    }
+    if (nkw > 0) {
+        kwargs = PyDict_New();
+        for (Py_ssize_t i = 0; kwargs != NULL && i < nkw; i++) {
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+                Py_CLEAR(kwargs);
+            }
+        }
+        if (kwargs == NULL) {
+            Py_DECREF(tuple);
+            return NULL;
+        }
+    }
+    result = call(self, tuple, kwargs);
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return result;
+}
+
+/* Call `wrapped` timed as the host-clock region `region`; the call's outcome (value or
+ * exception) is returned unchanged, whatever happens to the clock. */
+static PyObject *
+timed_region_vectorcall(RegionObject *region, PyObject *wrapped, PyObject *const *args,
+                        size_t nargsf, PyObject *kwnames)
+{
+    PyObject *parent;
+    NodeObject *node;
+    int64_t t0, t1;
+    if (open_cpu(region, &parent, &node, &t0) < 0) {
+        return NULL;
+    }
+    PyObject *result = PyObject_Vectorcall(wrapped, args, nargsf, kwnames);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    int clock_ok = read_now(region->now, &t1) == 0;
+    int restored = top_set(parent) == 0;
+    if (clock_ok) {
+        node_add(node, t1 - t0);
+    }
+    if (!clock_ok || !restored) {
+        PyErr_Clear();
+    }
+    PyErr_Restore(et, ev, tb);
+    Py_DECREF(parent);
+    Py_DECREF(node);
+    return result;
+}
+
+static PyObject *
+timed_wrapper_call(TimedWrapperObject *self, ternaryfunc generic, PyObject *const *args,
+                   size_t nargsf, PyObject *kwnames)
+{
+    WraptFunctionWrapperLayout *w = &self->base;
+    PyObject *wrapper = w->wrapper, *enabled = w->enabled, *wrapped = w->wrapped;
+    if (wrapped == NULL || wrapper == NULL || enabled == NULL ||
+        Py_TYPE(wrapper) != &CallTimerType || Py_TYPE(enabled) != &ActiveType ||
+        ((ActiveObject *)enabled)->region != ((CallTimerObject *)wrapper)->region) {
+        return timed_generic_call((PyObject *)self, generic, args, nargsf, kwnames);
+    }
+    PyObject *region = ((CallTimerObject *)wrapper)->region;
+    PyTypeObject *type = Py_TYPE(region);
+    if (type != cpu_region_type && type != skipped_region_type) {
+        return timed_generic_call((PyObject *)self, generic, args, nargsf, kwnames);
+    }
+    /* held across the call: the call may re-initialize this wrapper */
+    Py_INCREF(wrapped);
+    Py_INCREF(region);
+    PyObject *result = type == skipped_region_type
+                           ? PyObject_Vectorcall(wrapped, args, nargsf, kwnames)
+                           : timed_region_vectorcall((RegionObject *)region, wrapped, args,
+                                                     nargsf, kwnames);
+    Py_DECREF(region);
+    Py_DECREF(wrapped);
+    return result;
+}
+
+static PyObject *
+timed_function_vectorcall(TimedWrapperObject *self, PyObject *const *args, size_t nargsf,
+                          PyObject *kwnames)
+{
+    return timed_wrapper_call(self, wrapt_function_call, args, nargsf, kwnames);
+}
+
+static PyObject *
+timed_bound_vectorcall(TimedWrapperObject *self, PyObject *const *args, size_t nargsf,
+                       PyObject *kwnames)
+{
+    return timed_wrapper_call(self, wrapt_bound_call, args, nargsf, kwnames);
+}
+
+static PyObject *
+timed_function_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *self = wrapt_function_new(type, args, kwds);
+    if (self != NULL) {
+        ((TimedWrapperObject *)self)->vectorcall = (vectorcallfunc)timed_function_vectorcall;
+    }
+    return self;
+}
+
+static PyObject *
+timed_bound_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *self = wrapt_bound_new(type, args, kwds);
+    if (self != NULL) {
+        ((TimedWrapperObject *)self)->vectorcall = (vectorcallfunc)timed_bound_vectorcall;
+    }
+    return self;
+}
+
+static PyMemberDef timed_wrapper_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(TimedWrapperObject, vectorcall), READONLY,
+     NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot timed_function_slots[] = {
+    {Py_tp_traverse, NULL}, /* wrapt's, set by timed_function_types() */
+    {Py_tp_clear, NULL},    /* wrapt's, likewise */
+    {Py_tp_new, timed_function_new},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, timed_wrapper_members},
+    {Py_tp_doc, "A wrapt FunctionWrapper timing each call as one region (see "
+                "instrument._speedups.timed_function_types)."},
+    {0, NULL},
+};
+
+static PyType_Slot timed_bound_slots[] = {
+    {Py_tp_traverse, NULL}, /* wrapt's, set by timed_function_types() */
+    {Py_tp_clear, NULL},    /* wrapt's, likewise */
+    {Py_tp_new, timed_bound_new},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, timed_wrapper_members},
+    {Py_tp_doc, "The bound form of TimedFunctionWrapper (a wrapt BoundFunctionWrapper)."},
+    {0, NULL},
+};
+
+static PyType_Spec timed_function_spec = {
+    .name = "instrument._speedups.TimedFunctionWrapper",
+    .basicsize = sizeof(TimedWrapperObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = timed_function_slots,
+};
+
+static PyType_Spec timed_callable_spec = {
+    .name = "instrument._speedups.TimedCallableWrapper",
+    .basicsize = sizeof(TimedWrapperObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = timed_function_slots,
+};
+
+static PyType_Spec timed_bound_spec = {
+    .name = "instrument._speedups.TimedBoundFunctionWrapper",
+    .basicsize = sizeof(TimedWrapperObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = timed_bound_slots,
+};
+
+/* Whether `type` is a C wrapt function wrapper type laid out as copied above: its size,
+ * and the fields of an object built by calling it with `args`, checked against `expect`
+ * (wrapped, instance, wrapper, enabled, binding, parent, owner; NULL: not checked). */
+static int
+wrapt_layout_matches(PyObject *type, PyObject *args, PyObject *const *expect)
+{
+    if (!PyType_Check(type) || !PyType_HasFeature((PyTypeObject *)type, Py_TPFLAGS_HEAPTYPE) ||
+        ((PyTypeObject *)type)->tp_basicsize != sizeof(WraptFunctionWrapperLayout) ||
+        ((PyTypeObject *)type)->tp_itemsize != 0 || ((PyTypeObject *)type)->tp_call == NULL ||
+        ((PyTypeObject *)type)->tp_new == NULL || ((PyTypeObject *)type)->tp_traverse == NULL ||
+        ((PyTypeObject *)type)->tp_clear == NULL) {
+        return 0;
+    }
+    PyObject *probe = PyObject_Call(type, args, NULL);
+    if (probe == NULL) {
+        return -1;
+    }
+    WraptFunctionWrapperLayout *w = (WraptFunctionWrapperLayout *)probe;
+    PyObject *fields[7] = {w->wrapped, w->instance, w->wrapper, w->enabled,
+                           w->binding, w->parent,   w->owner};
+    int same = Py_TYPE(probe) == (PyTypeObject *)type;
+    for (int i = 0; i < 7; i++) {
+        if (expect[i] != NULL && fields[i] != expect[i]) {
+            same = 0;
+        }
+    }
+    Py_DECREF(probe);
+    return same;
+}
+
+/* A new type from `spec` deriving from `base`; with `bound`, binding to that type. */
+static PyObject *
+derive(PyType_Spec *spec, PyObject *base, PyObject *bound)
+{
+    PyObject *bases = PyTuple_Pack(1, base);
+    PyObject *type = bases ? PyType_FromSpecWithBases(spec, bases) : NULL;
+    Py_XDECREF(bases);
+    if (type != NULL && bound != NULL) {
+        if (PyDict_SetItemString(((PyTypeObject *)type)->tp_dict, "__bound_function_wrapper__",
+                                 bound) < 0) {
+            Py_CLEAR(type);
+        }
+        else {
+            PyType_Modified((PyTypeObject *)type);
+        }
+    }
+    return type;
+}
+
+static PyObject *
+timed_function_types(PyObject *module, PyObject *args)
+{
+    PyObject *function_type, *bound_type;
+    if (!PyArg_ParseTuple(args, "OO:timed_function_types", &function_type, &bound_type)) {
+        return NULL;
+    }
+    if (timed_function_type != NULL) {
+        if ((PyObject *)timed_function_type->tp_base != function_type ||
+            (PyObject *)timed_bound_type->tp_base != bound_type) {
+            PyErr_SetString(PyExc_TypeError,
+                            "timed_function_types() was already bound to other wrapt types");
+            return NULL;
+        }
+        return PyTuple_Pack(3, timed_function_type, timed_callable_type, timed_bound_type);
+    }
+    /* probes: a builtin to wrap (binding "builtin"), distinct markers for every field */
+    PyObject *wrapped = PyObject_GetAttrString(module, "bucket");
+    PyObject *wrapper = PyLong_FromLong(1001), *enabled = PyLong_FromLong(1002);
+    PyObject *instance = PyLong_FromLong(1003), *owner = PyLong_FromLong(1004);
+    PyObject *binding = PyUnicode_FromString("function");
+    PyObject *fargs = NULL, *bargs = NULL;
+    int ok = -1;
+    if (wrapped && wrapper && enabled && instance && owner && binding &&
+        (fargs = PyTuple_Pack(3, wrapped, wrapper, enabled)) != NULL &&
+        (bargs = PyTuple_Pack(7, wrapped, instance, wrapper, enabled, binding, Py_None, owner)) !=
+            NULL) {
+        PyObject *fexpect[7] = {wrapped, NULL, wrapper, enabled, NULL, Py_None, NULL};
+        PyObject *bexpect[7] = {wrapped, instance, wrapper, enabled, binding, Py_None, owner};
+        ok = wrapt_layout_matches(function_type, fargs, fexpect);
+        if (ok == 1) {
+            ok = wrapt_layout_matches(bound_type, bargs, bexpect);
+        }
+    }
+    Py_XDECREF(wrapped);
+    Py_XDECREF(wrapper);
+    Py_XDECREF(enabled);
+    Py_XDECREF(instance);
+    Py_XDECREF(owner);
+    Py_XDECREF(binding);
+    Py_XDECREF(fargs);
+    Py_XDECREF(bargs);
+    if (ok < 0) {
+        return NULL;
+    }
+    if (ok == 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "timed_function_types() needs wrapt's C FunctionWrapper and "
+                        "BoundFunctionWrapper with the layout this module was written for");
+        return NULL;
+    }
+    /* the slots[0] and [1] placeholders: wrapt's own GC functions, as for any subtype */
+    timed_function_slots[0].pfunc = (void *)((PyTypeObject *)function_type)->tp_traverse;
+    timed_function_slots[1].pfunc = (void *)((PyTypeObject *)function_type)->tp_clear;
+    timed_bound_slots[0].pfunc = (void *)((PyTypeObject *)bound_type)->tp_traverse;
+    timed_bound_slots[1].pfunc = (void *)((PyTypeObject *)bound_type)->tp_clear;
+    PyObject *btype = derive(&timed_bound_spec, bound_type, NULL);
+    PyObject *ftype = btype ? derive(&timed_function_spec, function_type, btype) : NULL;
+    PyObject *ctype = ftype ? derive(&timed_callable_spec, function_type, btype) : NULL;
+    if (ctype == NULL) {
+        Py_XDECREF(btype);
+        Py_XDECREF(ftype);
+        return NULL;
+    }
+    wrapt_function_call = ((PyTypeObject *)function_type)->tp_call;
+    wrapt_function_new = ((PyTypeObject *)function_type)->tp_new;
+    wrapt_bound_call = ((PyTypeObject *)bound_type)->tp_call;
+    wrapt_bound_new = ((PyTypeObject *)bound_type)->tp_new;
+    timed_function_type = (PyTypeObject *)ftype;
+    timed_callable_type = (PyTypeObject *)ctype;
+    timed_bound_type = (PyTypeObject *)btype;
+    return PyTuple_Pack(3, ftype, ctype, btype);
 }

@@ -60,7 +60,7 @@ def _data(timed: float, peer: float, decorator: float) -> dict[str, Any]:
             ),
             _bench(
                 "decorator",
-                _row("hand-written wrapt.decorator", 1.0, baseline=True),
+                _row("with instrument.timed", 1.0, baseline=True),
                 _row("@instrument.timed", decorator),
             ),
         ]
@@ -71,7 +71,9 @@ def test_the_targets_are_read_from_performance_md() -> None:
     targets = ratios.read_targets((ROOT / "docs" / "performance.md").read_text())
     found = {(t.group, t.label): (t.max_ratio, t.below_peers) for t in targets}
     assert found[("context-manager", "instrument timed")] == (1.0, True)
-    assert found[("decorator", "@instrument.timed")] == (1.1, False)
+    assert found[("decorator", "@instrument.timed")] == (1.5, False)
+    assert found[("clock-pair", "with instrument.timed")] == (1.3, False)
+    assert found[("auto-step", "instrument.auto (every=50)")] == (0.6, False)
     assert ("disabled", "instrument timed, disabled") in found
 
 
@@ -81,7 +83,7 @@ def test_the_targets_are_read_from_performance_md() -> None:
         (0.6, 2.0, 0.9, 0),  # every measured target met (the disabled group not run)
         (1.2, 2.0, 0.9, 1),  # above its ratio
         (0.6, 0.5, 0.9, 1),  # a peer is cheaper
-        (0.6, 2.0, 1.15, 1),  # the decorator's 1.1
+        (0.6, 2.0, 1.55, 1),  # the decorator's 1.5
     ],
 )
 def test_a_missed_target_exits_non_zero(
@@ -107,3 +109,34 @@ def test_unreadable_targets_exit_2(tmp_path: Path) -> None:
     docs = tmp_path / "perf.md"
     docs.write_text("# Performance\n\nno targets here\n")
     assert ratios.main([str(path), "--targets", str(docs)]) == 2
+
+
+def test_rows_measured_above_another_compare_added_costs() -> None:
+    """A baseline measured ``above`` a row makes every ratio one of added costs."""
+    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+    try:
+        import paired
+    finally:
+        sys.path.pop(0)
+    now = [0]
+
+    def costing(ns: int) -> Any:
+        def fn() -> None:
+            now[0] += ns
+
+        return fn
+
+    rows = [
+        paired.Contender("with", costing(50), inner=1, baseline=True, above="loop"),
+        paired.Contender("decorated", costing(45), inner=1, above="call"),
+        paired.Contender("call", costing(20), inner=1),
+        paired.Contender("loop", costing(10), inner=1),
+    ]
+    summary, per_op = paired.run_paired(
+        rows, rounds=5, warmup_rounds=1, clock=lambda: now[0], interleave=3
+    )
+    ratios = {row["label"]: row["ratio_median"] for row in summary}
+    assert ratios == {"with": 1.0, "decorated": 25 / 40, "call": 0.5, "loop": 0.25}
+    assert per_op["decorated"] == [45.0] * 5
+    with pytest.raises(ValueError, match="not another row"):
+        paired.run_paired([paired.Contender("a", costing(1), baseline=True, above="b")])

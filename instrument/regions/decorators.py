@@ -11,8 +11,6 @@ import inspect
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar
 
-import wrapt
-
 from instrument.regions import native
 from instrument.regions.frames import _close, _get, _set
 from instrument.regions.region import CPU, CpuRegion, Region, region_for
@@ -33,9 +31,10 @@ def decorate(func: F, region: Region) -> F:
         wrapper = _generator_wrapper(region)
     else:
         wrapper = _sync_wrapper(region)
-    # With the C path, wrapt itself calls ``func`` directly while the region is skipped.
+    # With the C path, wrapt itself calls ``func`` directly while the region is skipped,
+    # and a ``CallTimer`` gets a wrapt type that calls ``func`` without wrapt's generic call.
     enabled = native.enabled_flag(region)
-    return wrapt.FunctionWrapper(func, wrapper, enabled)  # type: ignore[return-value]
+    return native.function_wrapper(func, wrapper)(func, wrapper, enabled)  # type: ignore[no-any-return]
 
 
 class _NamedByFunction:

@@ -13,6 +13,9 @@ is loaded and leaves the Python definition in place otherwise (no extension buil
 - the region fields (``region.RegionBase``): ``speedups.RegionBase`` (:func:`region_base`);
 - the decorator's sync call wrapper and wrapt's ``enabled=`` flag
   (:func:`sync_wrapper`, :func:`enabled_flag`): ``CallTimer``, ``Active``;
+- the decorator's wrapt type (:func:`function_wrapper`): around a ``CallTimer``, the
+  subclasses of wrapt's C ``FunctionWrapper`` made by ``timed_function_types``, whose call
+  times the function directly instead of through wrapt's generic wrapper call;
 - ``timed`` itself (:func:`fast_timed`): ``Dispatch``, which answers ``timed("name")`` for a
   cached region without a Python-level call.
 """
@@ -21,9 +24,12 @@ from __future__ import annotations
 
 import functools
 import time
+import types
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
+
+import wrapt
 
 from instrument._native import speedups
 
@@ -68,6 +74,32 @@ def enabled_flag(region: object) -> Any:
     """wrapt's ``enabled=``: with C, falsy while ``region`` is skipped, so wrapt calls the
     function directly; None (always enabled) in pure Python."""
     return None if speedups is None else speedups.Active(region)
+
+
+def _timed_function_types() -> tuple[type, ...] | None:
+    """``(for plain functions, for other callables, bound)`` wrapt types calling a
+    ``CallTimer``'s function directly; None without C, or where wrapt runs without its own
+    C types (``WRAPT_DISABLE_EXTENSIONS``)."""
+    if speedups is None:
+        return None
+    try:
+        return speedups.timed_function_types(  # type: ignore[no-any-return]
+            wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper
+        )
+    except TypeError:
+        return None
+
+
+timed_types = _timed_function_types()
+
+
+def function_wrapper(func: object, wrapper: object) -> type:
+    """The wrapt type that wraps ``func`` with ``wrapper``: wrapt's ``FunctionWrapper``, or
+    with C around a ``CallTimer`` one calling ``func`` directly (for a plain Python
+    function, also a method descriptor, so ``obj.method()`` makes no bound wrapper)."""
+    if timed_types is None or not isinstance(wrapper, speedups.CallTimer):  # type: ignore[union-attr]
+        return wrapt.FunctionWrapper
+    return timed_types[0 if isinstance(func, types.FunctionType) else 1]
 
 
 def fast_timed(timed: F, by_name: dict[str, Any]) -> F:

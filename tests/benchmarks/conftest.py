@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from time import perf_counter_ns
 from typing import Any, Protocol
 
 import pytest
@@ -80,7 +81,13 @@ class Paired(Protocol):
     """The ``paired`` fixture: time contenders interleaved, round by round."""
 
     def __call__(
-        self, contenders: Sequence[Contender], *, rounds: int = ..., warmup_rounds: int = ...
+        self,
+        contenders: Sequence[Contender],
+        *,
+        rounds: int = ...,
+        warmup_rounds: int = ...,
+        clock: Callable[[], int] = ...,
+        interleave: int = ...,
     ) -> dict[str, list[float]]: ...
 
 
@@ -93,8 +100,16 @@ def paired(benchmark: Any) -> Paired:
         *,
         rounds: int = ROUNDS,
         warmup_rounds: int = WARMUP_ROUNDS,
+        clock: Callable[[], int] = perf_counter_ns,
+        interleave: int = 1,
     ) -> dict[str, list[float]]:
-        summary, per_op = run_paired(contenders, rounds=rounds, warmup_rounds=warmup_rounds)
+        summary, per_op = run_paired(
+            contenders,
+            rounds=rounds,
+            warmup_rounds=warmup_rounds,
+            clock=clock,
+            interleave=interleave,
+        )
         benchmark.extra_info.update(paired_rows=summary)
         benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # a benchmark: skipped by default
         return per_op

@@ -23,7 +23,9 @@ WARMUP_ROUNDS = 30
 class Contender:
     """One row of a paired group: ``fn`` performs ``inner`` operations; ``setup`` runs
     untimed before each of its rounds. ``peer``: another library's timer (the targets may
-    ask to be cheaper than every peer)."""
+    ask to be cheaper than every peer). ``above``: the label of the row whose cost this one
+    adds to (a plain call under a decorator, an empty loop under a ``with``); in a group
+    whose baseline names one, ratios compare added costs (see :func:`run_paired`)."""
 
     label: str
     fn: Callable[[], object]
@@ -33,45 +35,92 @@ class Contender:
     floor: bool = False
     peer: bool = False
     note: str = ""
+    above: str | None = None
 
 
 def run_paired(
-    contenders: Sequence[Contender], *, rounds: int = ROUNDS, warmup_rounds: int = WARMUP_ROUNDS
+    contenders: Sequence[Contender],
+    *,
+    rounds: int = ROUNDS,
+    warmup_rounds: int = WARMUP_ROUNDS,
+    clock: Callable[[], int] = perf_counter_ns,
+    interleave: int = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
     """Time every contender once per round, in an order rotating by one each round; return
     one summary per contender (``report_ratios.py``'s ``paired_rows``) and each contender's
-    ns per operation, round by round."""
+    ns per operation, round by round.
+
+    A ratio is the median of the per-round ratios to the baseline. When the baseline is
+    measured ``above`` another row, ratios compare costs added above each row's ``above``
+    row instead (a row without one adds its whole cost): the median over rounds of a row's
+    added cost (its time minus its ``above`` row's, in the same round) divided by the
+    baseline's — a difference per round cancels the machine's drift, the medians its
+    outliers.
+
+    ``clock`` times the rounds: wall time by default; ``time.thread_time_ns`` (CPU time of
+    this thread) for rounds long enough to be preempted many times on a shared machine.
+    ``interleave``: a round calls each contender's ``fn`` that many times, alternating
+    contenders call by call (each call after its ``setup``); its time is the sum — for
+    operations as long as a training step, whose cost drifts within a round."""
     bases = [c for c in contenders if c.baseline]
     if len(bases) != 1:
         raise ValueError("a paired group needs exactly one baseline contender")
     base = bases[0]
+    labels = {c.label for c in contenders}
+    for c in contenders:
+        if c.above is not None and (c.above not in labels or c.above == c.label):
+            raise ValueError(f"{c.label!r} is measured above {c.above!r}, not another row")
     per_op: dict[str, list[float]] = {c.label: [] for c in contenders}
     n = len(contenders)
     for r in range(warmup_rounds + rounds):
-        for i in range(n):
-            contender = contenders[(i + r) % n]
-            if contender.setup is not None:
-                contender.setup()
-            start = perf_counter_ns()
-            contender.fn()
-            elapsed = perf_counter_ns() - start
-            if r >= warmup_rounds:
-                per_op[contender.label].append(elapsed / contender.inner)
+        order = [contenders[(i + r) % n] for i in range(n)]
+        spent = dict.fromkeys(labels, 0)
+        for _ in range(interleave):
+            for contender in order:
+                if contender.setup is not None:
+                    contender.setup()
+                start = clock()
+                contender.fn()
+                spent[contender.label] += clock() - start
+        if r >= warmup_rounds:
+            for c in contenders:
+                per_op[c.label].append(spent[c.label] / (c.inner * interleave))
     summary = []
     for c in contenders:
-        ratios = [a / b for a, b in zip(per_op[c.label], per_op[base.label], strict=True)]
+        if base.above is None:
+            ratios = [a / b for a, b in zip(per_op[c.label], per_op[base.label], strict=True)]
+            ratio_median = statistics.median(ratios)
+            ratio_min = min(per_op[c.label]) / min(per_op[base.label])
+        else:
+            ratio_median = statistics.median(_added(c, per_op)) / statistics.median(
+                _added(base, per_op)
+            )
+            ratio_min = _added_min(c, per_op) / _added_min(base, per_op)
         summary.append(
             {
                 "label": c.label,
                 "min_ns": min(per_op[c.label]),
                 "median_ns": statistics.median(per_op[c.label]),
-                "ratio_median": statistics.median(ratios),
-                "ratio_min": min(per_op[c.label]) / min(per_op[base.label]),
+                "ratio_median": ratio_median,
+                "ratio_min": ratio_min,
                 "rounds": rounds,
                 "baseline": c.baseline,
                 "floor": c.floor,
                 "peer": c.peer,
                 "note": c.note,
+                "above": c.above,
             }
         )
     return summary, per_op
+
+
+def _added(c: Contender, per_op: dict[str, list[float]]) -> list[float]:
+    """``c``'s cost above its ``above`` row, round by round."""
+    if c.above is None:
+        return per_op[c.label]
+    return [a - b for a, b in zip(per_op[c.label], per_op[c.above], strict=True)]
+
+
+def _added_min(c: Contender, per_op: dict[str, list[float]]) -> float:
+    """``c``'s least time minus its ``above`` row's least time."""
+    return min(per_op[c.label]) - (0.0 if c.above is None else min(per_op[c.above]))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from time import perf_counter_ns
+from time import perf_counter_ns, thread_time_ns
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -25,6 +25,7 @@ from paired import Contender
 from torch import nn
 
 import instrument
+from instrument.hooks import patches
 
 if TYPE_CHECKING:
     from conftest import Measure, Paired
@@ -251,3 +252,105 @@ def test_paired_step_ratio(benchmark: Any, kind: str) -> None:
         note=f"median of {rounds} per-round ratios",
     )
     benchmark.pedantic(step, rounds=1, iterations=1)  # keeps it a benchmark (skipped by default)
+
+
+# -- paired: auto's cost per step against hand-written hooks ------------------------------
+
+#: Steps of each kind per round of the auto-step group: one report per round (``every=50``).
+REPORT_EVERY = 50
+
+
+def mlp_adamw_setup() -> Setup:
+    """The MLP step with AdamW: 4 module calls, backward, the update, zero_grad."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+
+    def step() -> None:
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+    return model, opt, step
+
+
+def hand_hooks(model: nn.Module, opt: torch.optim.Optimizer) -> list[int]:
+    """The baseline: forward pre/post hooks on every module and step pre/post hooks on the
+    optimizer, each pair reading ``perf_counter_ns`` twice and appending to a list made once."""
+    starts: dict[object, int] = {}
+    times: list[int] = []
+
+    def start(owner: object, *args: Any) -> None:
+        starts[owner] = perf_counter_ns()
+
+    def stop(owner: object, *args: Any) -> None:
+        times.append(perf_counter_ns() - starts[owner])
+
+    for module in model.modules():
+        module.register_forward_pre_hook(start)
+        module.register_forward_hook(stop)
+    opt.register_step_pre_hook(start)
+    opt.register_step_post_hook(stop)
+    return times
+
+
+@pytest.mark.benchmark(group="auto-step")
+def test_auto_step_against_hand_written_hooks(paired: Paired) -> None:
+    """What ``auto`` adds to a tiny MLP step (one report to no sink every 50 steps) against
+    what hand-written module and optimizer hooks add, both above the uninstrumented step:
+    steps of the three alternate one by one, 50 of each per round, timed in this thread's
+    CPU time (a round is preempted many times on a busy machine). ``auto`` stays
+    installed; its one patch that reaches the other two steps, ``torch.autograd.backward``,
+    is put back to the original for their steps. One intra-op thread: these ops are far
+    too small to share, and spinning workers on a busy 2-core machine only add noise."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _auto_step_rounds(paired)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _auto_step_rounds(paired: Paired) -> None:
+    _, _, plain = mlp_adamw_setup()
+    hand_model, hand_opt, hand = mlp_adamw_setup()
+    times = hand_hooks(hand_model, hand_opt)
+    auto_model, auto_opt, auto_step = mlp_adamw_setup()
+    instrument.configure(clock="cpu")
+    handle = instrument.auto(auto_model, auto_opt, every=REPORT_EVERY, sinks=[])
+    timed_backward = torch.autograd.backward
+    original_backward = patches.original(torch.autograd, "backward")
+
+    def without_auto() -> None:
+        torch.autograd.backward = original_backward
+
+    def with_auto() -> None:
+        torch.autograd.backward = timed_backward
+
+    try:
+        paired(
+            [
+                Contender(
+                    "hand-written module and optimizer hooks",
+                    hand,
+                    without_auto,
+                    1,
+                    baseline=True,
+                    above="uninstrumented",
+                ),
+                Contender(
+                    "instrument.auto (every=50)", auto_step, with_auto, 1, above="uninstrumented"
+                ),
+                Contender("uninstrumented", plain, without_auto, 1),
+            ],
+            rounds=60,
+            warmup_rounds=2,
+            clock=thread_time_ns,
+            interleave=REPORT_EVERY,
+        )
+    finally:
+        with_auto()
+        handle.remove()
+    assert handle.reporter.steps == 0  # every round of 50 steps ended with a report
+    assert len(times) == REPORT_EVERY * 62 * 5  # 4 module calls and one optimizer step each

@@ -22,6 +22,7 @@ cleared before each round, like instrument's registry.
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import tracemalloc
@@ -264,24 +265,155 @@ def test_context_manager(paired: Paired) -> None:
 # -- 2. decorators -------------------------------------------------------------------------
 
 
+def wraps_timed(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The leanest decorator: a ``functools.wraps`` closure, two clock reads and an append."""
+    durations = _hand["f"]
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        t0 = perf_counter_ns()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            durations.append(perf_counter_ns() - t0)
+
+    return call
+
+
+#: Operations per round of the decorator and clock-pair groups: short rounds on the C path
+#: (a round of 4096 regions lasts long enough to be preempted in most rounds on a loaded
+#: 2-core machine, which spoils the median), ``CHUNK`` on the pure-Python path (one fold
+#: per round, as above).
+SHORT = CHUNK if BACKEND == "Python" else 512
+
+
+def _short(body: Callable[[], object]) -> Callable[[], None]:
+    """``SHORT`` runs of ``body``."""
+
+    def run() -> None:
+        for _ in range(SHORT):
+            body()
+
+    return run
+
+
+def _with(timed: Callable[[str], Any]) -> Callable[[], None]:
+    """``SHORT`` uses of ``with timed("x")``, written out (no call per use but the region's)."""
+
+    def run() -> None:
+        for _ in range(SHORT):
+            with timed("x"):
+                pass
+
+    return run
+
+
+def _clock_pairs() -> None:
+    """``SHORT`` pairs of clock reads (the floor of any host-clock region)."""
+    for _ in range(SHORT):
+        perf_counter_ns()
+        perf_counter_ns()
+
+
+def _short_empty_loop() -> None:
+    for _ in range(SHORT):
+        pass
+
+
+class Model:
+    """A class with a decorated method and a plain one."""
+
+    @instrument.timed("forward")
+    def forward(self) -> None:
+        """The decorated method."""
+
+    def plain(self) -> None:
+        """The plain method."""
+
+
 @pytest.mark.benchmark(group="decorator")
 def test_decorator(paired: Paired) -> None:
-    """``@timed`` against a hand-written ``wrapt.decorator``, interleaved."""
-    hand = hand_timed(trivial)
-    decorated = instrument.timed("f")(trivial)
+    """``@timed`` against ``with timed()``, both above what they wrap (a plain call, an empty
+    loop), interleaved; the hand-written decorators are references."""
+    timed = instrument.timed
+    decorated = timed("f")(trivial)
+    model = Model()
     paired(
         [
             Contender(
-                "hand-written wrapt.decorator", _calls(hand), _clear_hand, CHUNK, baseline=True
+                "with instrument.timed",
+                _with(timed),
+                _cpu,
+                SHORT,
+                baseline=True,
+                note=BACKEND,
+                above="empty loop",
             ),
-            Contender("@instrument.timed", _calls(decorated), _cpu, CHUNK, note=BACKEND),
-            Contender("plain call (reference)", _calls(trivial), None, CHUNK, floor=True),
+            Contender(
+                "@instrument.timed",
+                _short(decorated),
+                _cpu,
+                SHORT,
+                note=BACKEND,
+                above="plain call",
+            ),
+            Contender(
+                "hand-written wrapt.decorator (reference)",
+                _short(hand_timed(trivial)),
+                _clear_hand,
+                SHORT,
+                above="plain call",
+            ),
+            Contender(
+                "hand-written functools.wraps closure (reference)",
+                _short(wraps_timed(trivial)),
+                _clear_hand,
+                SHORT,
+                above="plain call",
+            ),
+            Contender(
+                "@instrument.timed method call",
+                _short(lambda: model.forward()),
+                _cpu,
+                SHORT,
+                note=BACKEND,
+                above="plain method call",
+            ),
+            Contender("plain call", _short(trivial), None, SHORT),
+            Contender("plain method call", _short(lambda: model.plain()), None, SHORT),
+            Contender("empty loop", _short_empty_loop, None, SHORT),
         ]
     )
-    assert len(_hand["f"]) == CHUNK
     _cpu()
-    _calls(decorated)()
-    assert instrument.Reporter(every=None, sinks=[]).flush()["f"].count == CHUNK
+    _short(decorated)()
+    assert instrument.Reporter(every=None, sinks=[]).flush()["f"].count == SHORT
+
+
+@pytest.mark.benchmark(group="clock-pair")
+def test_with_against_the_clock_pair(paired: Paired) -> None:
+    """``with timed("x")`` against two ``perf_counter_ns`` reads, both above an empty loop."""
+    timed = instrument.timed
+    paired(
+        [
+            Contender(
+                "two perf_counter_ns reads",
+                _clock_pairs,
+                None,
+                SHORT,
+                baseline=True,
+                above="empty loop",
+            ),
+            Contender(
+                "with instrument.timed",
+                _with(timed),
+                _cpu,
+                SHORT,
+                note=BACKEND,
+                above="empty loop",
+            ),
+            Contender("empty loop", _short_empty_loop, None, SHORT),
+        ]
+    )
 
 
 # -- 3. disabled ---------------------------------------------------------------------------
