@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 import wrapt
 
-from instrument import _state, clocks, observe, registry
+from instrument import _fields, _state, clocks, observe, registry
 from instrument._native import speedups
 from instrument.registry import CHUNK, ROOT, PathNode, fold
 
@@ -159,6 +159,16 @@ class _PyRegionBase:
     clock: object
     level: int
     _now: Callable[[], int]
+
+    if not TYPE_CHECKING:  # the C RegionBase's typed fields (instrument/_fields.py)
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            _fields.check("region", _fields.REGION, name, value, registry.NodeBase)
+            object.__setattr__(self, name, value)
+
+        def __delattr__(self, name: str) -> None:
+            _fields.check_delete("region", _fields.REGION, name)
+            object.__delattr__(self, name)
 
 
 if TYPE_CHECKING or speedups is None:  # noqa: SIM108 - mypy needs the plain class here
