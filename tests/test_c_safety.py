@@ -39,7 +39,10 @@ _C_NAMES = {
 
 
 def _run_probes(section: str, pure: bool) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     env.pop("INSTRUMENT_NO_EXTENSIONS", None)
     if pure:
         env["INSTRUMENT_NO_EXTENSIONS"] = "1"

@@ -77,7 +77,10 @@ print("main:", sorted(registry.ROOT.children), list(registry.ROOT.children["afte
 def _run(sub: str) -> str:
     pytest.importorskip("_testcapi")
     code = MAIN.format(sub=textwrap.dedent(sub))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     env.pop("INSTRUMENT_NO_EXTENSIONS", None)
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100
