@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 import instrument
-from instrument import region as regions
 from instrument import registry
 from instrument._native import speedups
+from instrument.regions import frames
+from instrument.regions.region import CpuRegion
 
 
 def probe(label: str, action: Callable[[], Any]) -> None:
@@ -79,7 +80,7 @@ def field_probes() -> None:
         ("level", "a"),
     ]:
         probe(f"node.{field} = {value!r}", lambda f=field, v=value: setattr(node, f, v))
-    blank = regions.CpuRegion.__new__(regions.CpuRegion)
+    blank = CpuRegion.__new__(CpuRegion)
     probe("uninitialized region: enter", blank.__enter__)
     probe("uninitialized region: exit", lambda: blank.__exit__(None, None, None))
     probe("uninitialized region: name", lambda: blank.name)
@@ -109,7 +110,7 @@ def junk_frame_probes() -> None:
     for junk in (5, (1, 2, 3, 4, 5), (registry.ROOT, 0), None):
 
         def in_task(j: Any = junk) -> str:
-            regions._frame.set(j)
+            frames._frame.set(j)
             return enter_exit(r)
 
         probe(
@@ -121,14 +122,14 @@ def junk_frame_probes() -> None:
 def c_only_probes() -> None:
     assert speedups is not None
     r = instrument.timed("c-only")
-    frame = (registry.ROOT, 0, None, None, None)
+    blank_frame = (speedups.NodeBase(), 0, None, None, None)
     base = speedups.RegionBase
     probe("set_top(5)", lambda: speedups.set_top(5))
     probe("set_top(None)", lambda: speedups.set_top(None))
     probe("set_top((1, 2, 3, 4, 5))", lambda: speedups.set_top((1, 2, 3, 4, 5)))
     probe(
         "set_top(blank node frame)",
-        lambda: speedups.set_top((speedups.NodeBase(), 0, None, None, None)),
+        lambda: speedups.set_top(blank_frame),
     )
     probe("_cpu_exit()", lambda: base._cpu_exit(r))
     probe("_cpu_exit(1)", lambda: base._cpu_exit(r, 1))
@@ -137,19 +138,14 @@ def c_only_probes() -> None:
     probe("_cpu_enter(5)", lambda: base._cpu_enter(5))
     probe("_cpu_exit on a plain RegionBase", lambda: base._cpu_exit(base(), None, None, None))
     probe("_cpu_enter on a plain RegionBase", lambda: base._cpu_enter(base()))
-    probe("bind(junk)", lambda: speedups.bind(1, 2, 3, 4, 5))
-    probe(
-        "bind(frame var, junk frame)",
-        lambda: speedups.bind(regions._frame, (1, 2, 3, 4, 5), time.perf_counter_ns, int, int),
-    )
-    probe(
-        "bind(frame var, frame, junk classes)",
-        lambda: speedups.bind(regions._frame, frame, time.perf_counter_ns, int, int),
-    )
-    probe(
-        "bind(frame var, frame, not callable)",
-        lambda: speedups.bind(regions._frame, frame, 3, type(r), type(r)),
-    )
+    var = frames._frame
+    probe("bind_stack(junk)", lambda: speedups.bind_stack(1, 2))
+    probe("bind_stack(frame var, junk frame)", lambda: speedups.bind_stack(var, (1, 2, 3, 4, 5)))
+    probe("bind_stack(frame var, blank node)", lambda: speedups.bind_stack(var, blank_frame))
+    probe("bind_stack()", lambda: speedups.bind_stack())
+    probe("bind(junk)", lambda: speedups.bind(1, 2, 3))
+    probe("bind(clock, junk classes)", lambda: speedups.bind(time.perf_counter_ns, int, int))
+    probe("bind(not callable)", lambda: speedups.bind(3, type(r), type(r)))
     probe("bind()", lambda: speedups.bind())
     probe("bind_thread_stack()", lambda: speedups.bind_thread_stack())
     probe("bucket('x')", lambda: speedups.bucket("x"))

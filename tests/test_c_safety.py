@@ -28,6 +28,7 @@ needs_c = pytest.mark.skipif(speedups is None, reason="C accelerator not built o
 _C_NAMES = {
     "set_top",
     "bind",
+    "bind_stack",
     "bind_thread_stack",
     "bucket",
     "NodeBase",

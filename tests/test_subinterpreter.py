@@ -38,8 +38,8 @@ try:
     loader.exec_module(m)
     class R(m.RegionBase):
         pass
-    m.bind(contextvars.ContextVar("f"), (m.NodeBase(), 0, None, None, None),
-           time.perf_counter_ns, R, R)
+    m.bind_stack(contextvars.ContextVar("f"), (m.NodeBase(), 0, None, None, None))
+    m.bind(time.perf_counter_ns, R, R)
     os.write(1, b"sub: bound\\n")
 except ImportError as exc:
     os.write(1, f"sub: ImportError: {{exc}}\\n".encode())
