@@ -109,7 +109,8 @@ field_set(PyObject *self, PyObject *value, void *closure)
 static PyObject *
 level_get(PyObject *self, void *closure)
 {
-    return PyLong_FromSsize_t(*(Py_ssize_t *)((char *)self + ((const FieldSpec *)closure)->offset));
+    const FieldSpec *f = closure;
+    return PyLong_FromSsize_t(*(Py_ssize_t *)((char *)self + f->offset));
 }
 
 static int
