@@ -28,6 +28,117 @@ static PyTypeObject *skipped_region_type = NULL;
 
 static PyObject *str_child, *str_cpu, *str_exit_top, *str_call, *str_drop_innermost;
 
+/* -- fields: typed, never deleted ------------------------------------------------------
+ * Every object field the C code reads is a descriptor that checks the type of what is
+ * assigned and refuses deletion, so no Python caller can leave a NULL or a wrong type
+ * where the hot path reads it. instrument/_fields.py applies the same rules, with the same
+ * messages, to the pure-Python classes. */
+
+enum { F_ANY, F_STR, F_CALLABLE, F_DICT, F_NODE_OR_NONE, F_LEVEL };
+
+static const char *const field_accepts[] = {
+    "any object", "a str", "a callable", "a dict", "a path node or None", "an int >= 0",
+};
+
+typedef struct {
+    const char *owner; /* "region" or "path node" */
+    const char *name;
+    Py_ssize_t offset;
+    int kind;
+} FieldSpec;
+
+#define FIELD_SLOT(self, f) ((PyObject **)((char *)(self) + (f)->offset))
+
+static PyTypeObject NodeType;
+
+static int
+field_refuse_delete(const FieldSpec *f)
+{
+    PyErr_Format(PyExc_AttributeError,
+                 "instrument: the %s field '%s' cannot be deleted (it is set once, at "
+                 "construction)",
+                 f->owner, f->name);
+    return -1;
+}
+
+static int
+field_wrong_type(const FieldSpec *f, PyObject *value)
+{
+    PyErr_Format(PyExc_TypeError, "instrument: the %s field '%s' must be %s, got %R", f->owner,
+                 f->name, field_accepts[f->kind], value);
+    return -1;
+}
+
+static PyObject *
+field_get(PyObject *self, void *closure)
+{
+    const FieldSpec *f = closure;
+    PyObject *v = *FIELD_SLOT(self, f);
+    if (v == NULL) { /* never set (__init__ not run): as for an unset __slots__ field */
+        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%s'",
+                     Py_TYPE(self)->tp_name, f->name);
+        return NULL;
+    }
+    Py_INCREF(v);
+    return v;
+}
+
+static int
+field_set(PyObject *self, PyObject *value, void *closure)
+{
+    const FieldSpec *f = closure;
+    if (value == NULL) {
+        return field_refuse_delete(f);
+    }
+    int ok;
+    switch (f->kind) {
+    case F_STR: ok = PyUnicode_Check(value); break;
+    case F_CALLABLE: ok = PyCallable_Check(value); break;
+    case F_DICT: ok = PyDict_Check(value); break;
+    case F_NODE_OR_NONE: ok = value == Py_None || PyObject_TypeCheck(value, &NodeType); break;
+    default: ok = 1;
+    }
+    if (!ok) {
+        return field_wrong_type(f, value);
+    }
+    Py_INCREF(value);
+    Py_XSETREF(*FIELD_SLOT(self, f), value);
+    return 0;
+}
+
+static PyObject *
+level_get(PyObject *self, void *closure)
+{
+    const FieldSpec *f = closure;
+    return PyLong_FromSsize_t(*(Py_ssize_t *)((char *)self + f->offset));
+}
+
+static int
+level_set(PyObject *self, PyObject *value, void *closure)
+{
+    const FieldSpec *f = closure;
+    if (value == NULL) {
+        return field_refuse_delete(f);
+    }
+    if (!PyLong_Check(value) || PyBool_Check(value)) {
+        return field_wrong_type(f, value);
+    }
+    Py_ssize_t v = PyLong_AsSsize_t(value);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (v < 0) {
+        PyErr_Format(PyExc_ValueError, "instrument: the %s field '%s' must be %s, got %R",
+                     f->owner, f->name, field_accepts[F_LEVEL], value);
+        return -1;
+    }
+    *(Py_ssize_t *)((char *)self + f->offset) = v;
+    return 0;
+}
+
+#define FIELD_GETSET(spec) {(spec).name, field_get, field_set, NULL, (void *)&(spec)}
+#define LEVEL_GETSET(spec) {(spec).name, level_get, level_set, NULL, (void *)&(spec)}
+
 /* -- path nodes ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -45,8 +156,6 @@ typedef struct {
     unsigned __int128 sumsq;
     uint64_t hist[NBUCKETS];
 } NodeObject;
-
-static PyTypeObject NodeType;
 
 static inline int
 bucket_of(int64_t v)
@@ -175,10 +284,14 @@ Node_has_records(NodeObject *self, PyObject *Py_UNUSED(ignored))
     return PyBool_FromLong(self->count > 0);
 }
 
+/* The C types are static: their own instances hold no reference to the type, and for a
+ * heap subclass (PathNode, CpuRegion, ...) CPython's subtype_traverse visits the type
+ * before calling this function. Visiting Py_TYPE(self) here too would count that reference
+ * twice (a gc_refs underflow: the debug build aborts in gc.collect()). A heap type visits
+ * its type only when it is itself the type that owns this tp_traverse. */
 static int
 Node_traverse(NodeObject *self, visitproc visit, void *arg)
 {
-    Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->name);
     Py_VISIT(self->path);
     Py_VISIT(self->parent);
@@ -217,14 +330,19 @@ static PyMethodDef Node_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyMemberDef Node_members[] = {
-    {"name", T_OBJECT, offsetof(NodeObject, name), 0, NULL},
-    {"path", T_OBJECT, offsetof(NodeObject, path), 0, NULL},
-    {"parent", T_OBJECT, offsetof(NodeObject, parent), 0, NULL},
-    {"children", T_OBJECT, offsetof(NodeObject, children), 0, NULL},
-    {"mode", T_OBJECT, offsetof(NodeObject, mode), 0, NULL},
-    {"level", T_PYSSIZET, offsetof(NodeObject, level), 0, NULL},
-    {NULL, 0, 0, 0, NULL},
+static const FieldSpec node_fields[] = {
+    {"path node", "name", offsetof(NodeObject, name), F_STR},
+    {"path node", "path", offsetof(NodeObject, path), F_STR},
+    {"path node", "parent", offsetof(NodeObject, parent), F_NODE_OR_NONE},
+    {"path node", "children", offsetof(NodeObject, children), F_DICT},
+    {"path node", "mode", offsetof(NodeObject, mode), F_STR},
+    {"path node", "level", offsetof(NodeObject, level), F_LEVEL},
+};
+
+static PyGetSetDef Node_getset[] = {
+    FIELD_GETSET(node_fields[0]), FIELD_GETSET(node_fields[1]), FIELD_GETSET(node_fields[2]),
+    FIELD_GETSET(node_fields[3]), FIELD_GETSET(node_fields[4]), LEVEL_GETSET(node_fields[5]),
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyTypeObject NodeType = {
@@ -238,8 +356,25 @@ static PyTypeObject NodeType = {
     .tp_traverse = (traverseproc)Node_traverse,
     .tp_clear = (inquiry)Node_clear,
     .tp_methods = Node_methods,
-    .tp_members = Node_members,
+    .tp_getset = Node_getset,
 };
+
+/* A region frame is (node, t0, parent frame, owner, event): whatever Python code put in the
+ * context variable or passed to set_top() is checked before its items are read. */
+static inline int
+is_frame(PyObject *f)
+{
+    return PyTuple_CheckExact(f) && PyTuple_GET_SIZE(f) == 5 &&
+           PyObject_TypeCheck(PyTuple_GET_ITEM(f, 0), &NodeType) &&
+           ((NodeObject *)PyTuple_GET_ITEM(f, 0))->children != NULL;
+}
+
+static int
+malformed_frame(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "instrument: malformed region frame");
+    return -1;
+}
 
 /* -- where the innermost frame lives ----------------------------------------------------
  * C versions of instrument/regions/frames.py's _get and _set (get_top / set_top), with the
@@ -523,6 +658,12 @@ get_top(PyObject *module, PyObject *Py_UNUSED(ignored))
 static PyObject *
 set_top(PyObject *module, PyObject *frame)
 {
+    if (!is_frame(frame)) {
+        PyErr_Format(PyExc_TypeError,
+                     "set_top() needs a region frame (node, t0, parent, owner, event), got %R",
+                     frame);
+        return NULL;
+    }
     if (check_bound() < 0 || top_set(frame) < 0) {
         return NULL;
     }
@@ -595,6 +736,31 @@ typedef struct {
 
 static PyTypeObject RegionType;
 
+/* -1 with AttributeError (as for an unset __slots__ field) if __init__ never ran; the
+ * field named is the one the Python code would read first (enter: name, exit: _now). */
+static inline int
+region_unset(RegionObject *self, int exiting)
+{
+    if (self->name != NULL && self->now != NULL) {
+        return 0;
+    }
+    const char *field = (self->now == NULL && (exiting || self->name != NULL)) ? "_now" : "name";
+    PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%s'",
+                 Py_TYPE(self)->tp_name, field);
+    return -1;
+}
+
+static int
+exit_arity(Py_ssize_t nargs)
+{
+    if (nargs == 3) {
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "__exit__() takes 3 arguments (exc_type, exc, tb), got %zd",
+                 nargs);
+    return -1;
+}
+
 static inline int
 read_now(PyObject *now, int64_t *out)
 {
@@ -623,15 +789,16 @@ read_now(PyObject *now, int64_t *out)
 static int
 open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64_t *t0)
 {
+    if (region_unset(self, 0) < 0) {
+        return -1;
+    }
     PyObject *held = NULL;
     PyObject *parent = top_read(&held);
-    if (parent == NULL || !PyTuple_CheckExact(parent) || PyTuple_GET_SIZE(parent) != 5 ||
-        !PyObject_TypeCheck(PyTuple_GET_ITEM(parent, 0), &NodeType) ||
-        ((NodeObject *)PyTuple_GET_ITEM(parent, 0))->children == NULL) {
+    if (parent == NULL || !is_frame(parent)) {
         Py_XDECREF(parent);
         Py_XDECREF(held);
         if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "instrument: malformed region frame");
+            malformed_frame();
         }
         return -1;
     }
@@ -705,7 +872,7 @@ static PyObject *
 Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t t1;
-    if (check_bound() < 0) {
+    if (exit_arity(nargs) < 0 || check_bound() < 0 || region_unset(self, 1) < 0) {
         return NULL;
     }
     /* failing: the block raised (__exit__'s exc_type is not None) */
@@ -737,8 +904,13 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (frame == NULL) {
         return NULL;
     }
-    if (!PyTuple_CheckExact(frame) || PyTuple_GET_SIZE(frame) != 5 ||
-        PyTuple_GET_ITEM(frame, 3) != (PyObject *)self || PyTuple_GET_ITEM(frame, 4) != Py_None) {
+    if (!is_frame(frame)) {
+        Py_DECREF(frame);
+        Py_DECREF(held);
+        malformed_frame();
+        return NULL;
+    }
+    if (PyTuple_GET_ITEM(frame, 3) != (PyObject *)self || PyTuple_GET_ITEM(frame, 4) != Py_None) {
         Py_DECREF(frame);  /* not our frame on top: the general (Python) exit */
         Py_DECREF(held);
         PyObject *r = PyObject_CallMethodOneArg((PyObject *)self, str_exit_top, failing);
@@ -755,6 +927,10 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     long long t0 = PyLong_AsLongLong(PyTuple_GET_ITEM(frame, 1));
+    if (t0 == -1 && PyErr_Occurred()) {
+        Py_DECREF(frame);
+        return NULL;
+    }
     node_add((NodeObject *)PyTuple_GET_ITEM(frame, 0), t1 - (int64_t)t0);
     Py_DECREF(frame);
     Py_RETURN_NONE;
@@ -773,7 +949,12 @@ static PyObject *
 Region_skip_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *frame;
-    if (check_bound() < 0 || (frame = top_get()) == NULL) {
+    if (exit_arity(nargs) < 0 || check_bound() < 0 || (frame = top_get()) == NULL) {
+        return NULL;
+    }
+    if (!is_frame(frame)) {
+        Py_DECREF(frame);
+        malformed_frame();
         return NULL;
     }
     int owned = PyTuple_GET_ITEM(frame, 3) == (PyObject *)self;
@@ -799,18 +980,22 @@ static PyMethodDef Region_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyMemberDef Region_members[] = {
-    {"name", T_OBJECT, offsetof(RegionObject, name), 0, NULL},
-    {"clock", T_OBJECT, offsetof(RegionObject, clock), 0, NULL},
-    {"_now", T_OBJECT, offsetof(RegionObject, now), 0, NULL},
-    {"level", T_PYSSIZET, offsetof(RegionObject, level), 0, NULL},
-    {NULL, 0, 0, 0, NULL},
+static const FieldSpec region_fields[] = {
+    {"region", "name", offsetof(RegionObject, name), F_STR},
+    {"region", "clock", offsetof(RegionObject, clock), F_ANY},
+    {"region", "_now", offsetof(RegionObject, now), F_CALLABLE},
+    {"region", "level", offsetof(RegionObject, level), F_LEVEL},
+};
+
+static PyGetSetDef Region_getset[] = {
+    FIELD_GETSET(region_fields[0]), FIELD_GETSET(region_fields[1]),
+    FIELD_GETSET(region_fields[2]), LEVEL_GETSET(region_fields[3]),
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static int
 Region_traverse(RegionObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
+{ /* not the type: see Node_traverse */
     Py_VISIT(self->name);
     Py_VISIT(self->clock);
     Py_VISIT(self->now);
@@ -845,7 +1030,7 @@ static PyTypeObject RegionType = {
     .tp_traverse = (traverseproc)Region_traverse,
     .tp_clear = (inquiry)Region_clear,
     .tp_methods = Region_methods,
-    .tp_members = Region_members,
+    .tp_getset = Region_getset,
 };
 
 /* -- objects holding one region (CallTimer, Active) ------------------------------------ */
@@ -901,28 +1086,16 @@ typedef struct {
     vectorcallfunc vectorcall;
 } CallTimerObject;
 
+/* One timed call of wrapped(*cargs, **ckw): cargs a tuple, ckw a dict. */
 static PyObject *
-CallTimer_vectorcall(CallTimerObject *self, PyObject *const *args, size_t nargsf,
-                     PyObject *kwnames)
+call_timed(PyObject *region, PyObject *wrapped, PyObject *cargs, PyObject *ckw)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != 4 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "CallTimer expects (wrapped, instance, args, kwargs)");
-        return NULL;
-    }
-    PyObject *wrapped = args[0], *cargs = args[2], *ckw = args[3];
-    if (ckw == Py_None) {
-        ckw = NULL;
-    }
-    PyObject *region = self->region;
     PyTypeObject *type = Py_TYPE(region);
     if (type != cpu_region_type) {
         if (type == skipped_region_type) {
             return PyObject_Call(wrapped, cargs, ckw);
         }
-        return PyObject_CallMethodObjArgs(region, str_call, wrapped, cargs,
-                                          ckw ? ckw : Py_None, NULL);
+        return PyObject_CallMethodObjArgs(region, str_call, wrapped, cargs, ckw, NULL);
     }
     PyObject *parent;
     NodeObject *node;
@@ -958,6 +1131,57 @@ CallTimer_vectorcall(CallTimerObject *self, PyObject *const *args, size_t nargsf
     Py_XDECREF(ctb);
     PyErr_Restore(et, ev, tb);
     return result;
+}
+
+/* args/kwargs that are not a tuple/dict (wrapt always passes those): converted as
+ * wrapped(*args, **kwargs) in the pure-Python wrapper converts them, or a TypeError as
+ * that call raises it. */
+static PyObject *
+call_timed_converted(PyObject *region, PyObject *wrapped, PyObject *cargs, PyObject *ckw)
+{
+    PyObject *dkw = PyDict_New(); /* **kwargs first, as CPython evaluates f(*args, **kwargs) */
+    if (dkw == NULL || PyDict_Update(dkw, ckw) < 0) {
+        if (dkw != NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Format(PyExc_TypeError, "CallTimer: kwargs must be a mapping, not %.200s",
+                         Py_TYPE(ckw)->tp_name);
+        }
+        Py_XDECREF(dkw);
+        return NULL;
+    }
+    PyObject *targs = PySequence_Tuple(cargs);
+    if (targs == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Format(PyExc_TypeError, "CallTimer: args must be an iterable, not %.200s",
+                         Py_TYPE(cargs)->tp_name);
+        }
+        Py_DECREF(dkw);
+        return NULL;
+    }
+    PyObject *result = call_timed(region, wrapped, targs, dkw);
+    Py_DECREF(targs);
+    Py_DECREF(dkw);
+    return result;
+}
+
+static PyObject *
+CallTimer_vectorcall(CallTimerObject *self, PyObject *const *args, size_t nargsf,
+                     PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 4 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "CallTimer expects (wrapped, instance, args, kwargs)");
+        return NULL;
+    }
+    PyObject *wrapped = args[0], *cargs = args[2], *ckw = args[3];
+    if (self->region == NULL) { /* cleared by the garbage collector */
+        PyErr_SetString(PyExc_RuntimeError, "CallTimer used after it was cleared");
+        return NULL;
+    }
+    if (!PyTuple_Check(cargs) || !PyDict_Check(ckw)) {
+        return call_timed_converted(self->region, wrapped, cargs, ckw);
+    }
+    return call_timed(self->region, wrapped, cargs, ckw);
 }
 
 static PyObject *
@@ -1006,6 +1230,10 @@ Active_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int
 Active_bool(ActiveObject *self)
 {
+    if (self->region == NULL) { /* cleared by the garbage collector */
+        PyErr_SetString(PyExc_RuntimeError, "Active used after it was cleared");
+        return -1;
+    }
     return Py_TYPE(self->region) != skipped_region_type;
 }
 
@@ -1042,6 +1270,10 @@ Dispatch_vectorcall(DispatchObject *self, PyObject *const *args, size_t nargsf,
                     PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->slow == NULL) { /* cleared by the garbage collector */
+        PyErr_SetString(PyExc_RuntimeError, "Dispatch used after it was cleared");
+        return NULL;
+    }
     if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) &&
         PyUnicode_CheckExact(args[0])) {
         PyObject *found = PyDict_GetItemWithError(self->by_name, args[0]);
@@ -1125,6 +1357,21 @@ static PyTypeObject DispatchType = {
 
 /* -- module ---------------------------------------------------------------------------- */
 
+/* The module keeps process-wide state (the bound frame variable, the region classes, the
+ * thread-local stack), which one interpreter's bind() would take from another: the C path
+ * runs in the main interpreter only, and sub-interpreters use the pure-Python path. */
+static int
+refuse_subinterpreter(void)
+{
+    if (PyInterpreterState_Get() == PyInterpreterState_Main()) {
+        return 0;
+    }
+    PyErr_SetString(PyExc_ImportError,
+                    "instrument._speedups: the C accelerator runs in the main interpreter only "
+                    "(sub-interpreters use the pure-Python path)");
+    return -1;
+}
+
 static PyObject *
 bind_stack(PyObject *module, PyObject *args)
 {
@@ -1132,8 +1379,17 @@ bind_stack(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO!:bind_stack", &var, &PyTuple_Type, &root)) {
         return NULL;
     }
+    if (refuse_subinterpreter() < 0) {
+        return NULL;
+    }
     if (!PyContextVar_CheckExact(var)) {
         PyErr_SetString(PyExc_TypeError, "bind_stack() needs the frame ContextVar");
+        return NULL;
+    }
+    if (!is_frame(root)) {
+        PyErr_Format(PyExc_TypeError,
+                     "bind_stack() needs a region frame (node, t0, parent, owner, event), got %R",
+                     root);
         return NULL;
     }
     Py_hash_t hash = PyObject_Hash(var);
@@ -1161,6 +1417,16 @@ bind(PyObject *module, PyObject *args)
     PyObject *clock, *cpu, *skipped;
     if (!PyArg_ParseTuple(args, "OO!O!:bind", &clock, &PyType_Type, &cpu, &PyType_Type,
                           &skipped)) {
+        return NULL;
+    }
+    if (refuse_subinterpreter() < 0) {
+        return NULL;
+    }
+    if (!PyCallable_Check(clock) || !PyType_IsSubtype((PyTypeObject *)cpu, &RegionType) ||
+        !PyType_IsSubtype((PyTypeObject *)skipped, &RegionType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind(perf_counter_ns, CpuRegion, SkippedRegion) needs a callable and "
+                        "two RegionBase subclasses");
         return NULL;
     }
     Py_INCREF(clock);
@@ -1203,33 +1469,27 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "instrument._speedups",
-    .m_doc = "Optional C hot path of instrument (pure-Python fallback in regions/registry).",
-    .m_size = -1,
-    .m_methods = module_methods,
-};
-
-PyMODINIT_FUNC
-PyInit__speedups(void)
+static int
+module_exec(PyObject *m)
 {
+    if (refuse_subinterpreter() < 0) {
+        return -1;
+    }
     if (PyType_Ready(&NodeType) < 0 || PyType_Ready(&RegionType) < 0 ||
         PyType_Ready(&CallTimerType) < 0 || PyType_Ready(&DispatchType) < 0 ||
         PyType_Ready(&ActiveType) < 0) {
-        return NULL;
+        return -1;
     }
-    str_child = PyUnicode_InternFromString("child");
-    str_cpu = PyUnicode_InternFromString("cpu");
-    str_exit_top = PyUnicode_InternFromString("_exit_top");
-    str_call = PyUnicode_InternFromString("_call");
-    str_drop_innermost = PyUnicode_InternFromString("_drop_innermost");
-    if (!str_child || !str_cpu || !str_exit_top || !str_call || !str_drop_innermost) {
-        return NULL;
-    }
-    PyObject *m = PyModule_Create(&module_def);
-    if (m == NULL) {
-        return NULL;
+    if (str_child == NULL) {
+        str_child = PyUnicode_InternFromString("child");
+        str_cpu = PyUnicode_InternFromString("cpu");
+        str_exit_top = PyUnicode_InternFromString("_exit_top");
+        str_call = PyUnicode_InternFromString("_call");
+        str_drop_innermost = PyUnicode_InternFromString("_drop_innermost");
+        if (!str_child || !str_cpu || !str_exit_top || !str_call || !str_drop_innermost) {
+            Py_CLEAR(str_child);
+            return -1;
+        }
     }
     if (PyModule_AddIntConstant(m, "NBUCKETS", NBUCKETS) < 0 ||
         PyModule_AddIntConstant(m, "CONTEXT_LAYOUT_KNOWN", CONTEXT_LAYOUT_KNOWN) < 0 ||
@@ -1238,10 +1498,35 @@ PyInit__speedups(void)
         PyModule_AddObjectRef(m, "CallTimer", (PyObject *)&CallTimerType) < 0 ||
         PyModule_AddObjectRef(m, "Dispatch", (PyObject *)&DispatchType) < 0 ||
         PyModule_AddObjectRef(m, "Active", (PyObject *)&ActiveType) < 0) {
-        Py_DECREF(m);
-        return NULL;
+        return -1;
     }
-    return m;
+    return 0;
+}
+
+/* Multi-phase init, so that module_exec runs in every interpreter that imports the module
+ * (single-phase init would copy the main interpreter's module into a sub-interpreter
+ * without asking) and can refuse the non-main ones. */
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "instrument._speedups",
+    .m_doc = "Optional C hot path of instrument (pure-Python fallback in regions/registry).",
+    .m_size = 0,
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModuleDef_Init(&module_def);
 }
 
 /* -- the decorated function itself: a wrapt FunctionWrapper that calls directly ---------

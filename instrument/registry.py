@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from instrument import clocks
+from instrument import _fields, clocks
 from instrument._native import speedups
 from instrument.stats import Accumulator
 
@@ -102,6 +102,16 @@ class _PyNodeBase:
     def has_records(self) -> bool:
         """True if anything was recorded since the last take."""
         return bool(self.buf) or self.acc.count > 0
+
+    if not TYPE_CHECKING:  # the C NodeBase's typed fields (instrument/_fields.py)
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            _fields.check("path node", _fields.NODE, name, value, _PyNodeBase)
+            object.__setattr__(self, name, value)
+
+        def __delattr__(self, name: str) -> None:
+            _fields.check_delete("path node", _fields.NODE, name)
+            object.__delattr__(self, name)
 
 
 if TYPE_CHECKING or speedups is None:  # noqa: SIM108 - mypy needs the plain class here

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from instrument import _state, clocks, observe
+from instrument import _fields, _state, clocks, observe, registry
 from instrument.regions import native
 from instrument.regions.frames import Frame, _close, _get, _set, _unlink
 from instrument.regions.warn import warn_once
@@ -61,6 +61,16 @@ class _PyRegionBase:
     clock: object
     level: int
     _now: Callable[[], int]
+
+    if not TYPE_CHECKING:  # the C RegionBase's typed fields (instrument/_fields.py)
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            _fields.check("region", _fields.REGION, name, value, registry.NodeBase)
+            object.__setattr__(self, name, value)
+
+        def __delattr__(self, name: str) -> None:
+            _fields.check_delete("region", _fields.REGION, name)
+            object.__delattr__(self, name)
 
 
 if TYPE_CHECKING:  # mypy needs the plain class here
