@@ -133,6 +133,40 @@ class Node:
     ranks: RankStats | None = None
     open: bool = False
 
+    @classmethod
+    def of(
+        cls,
+        path: str,
+        host: Stats,
+        device: Stats | None,
+        self_time: float,
+        clock: str,
+        level: int,
+        nbytes: int,
+        concurrent: bool,
+        is_open: bool,
+    ) -> Node:
+        """``Node(...)`` without the frozen dataclass's per-field ``__setattr__`` (the flush
+        builds one per path)."""
+        node = object.__new__(cls)
+        object.__setattr__(
+            node,
+            "__dict__",
+            {
+                "path": path,
+                "host": host,
+                "device": device,
+                "self_time": self_time,
+                "clock": clock,
+                "level": level,
+                "bytes": nbytes,
+                "concurrent": concurrent,
+                "ranks": None,
+                "open": is_open,
+            },
+        )
+        return node
+
     @property
     def name(self) -> str:
         """The last segment of the path."""

@@ -13,7 +13,7 @@ import logging
 import numbers
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,8 @@ from instrument.memory import MemorySampler
 from instrument.report import Node, Report
 from instrument.sinks.base import Sink, as_sink
 from instrument.sinks.files import rank_and_world
-from instrument.stats import Accumulator, Stats
+from instrument.registry import PathNode
+from instrument.stats import Accumulator, Stats, stats_of
 from instrument.throughput import Throughput
 
 if TYPE_CHECKING:
@@ -524,51 +525,44 @@ def build_report(
 ) -> Report:
     """Turn one interval's collected accumulators (in tree order, as
     :func:`registry.collect` gives them) into a normalized :class:`Report`."""
-    kept = [item for item in collected if level is None or not _above_level(item.node, level)]
-
-    def frozen(acc: Accumulator, adjust_ns: int) -> Stats:
-        return acc.to_stats(adjust_ns)
-
-    def scale(stats: Stats) -> Stats:
-        if normalizer == "steps":
-            if not steps:
-                return stats
-            per_step = 1.0 / steps
-            return Stats(stats.count, stats.total * per_step, *_per_call(stats))
-        return stats if normalizer == 1.0 else stats.scaled(1.0 / float(normalizer))
-
-    host: dict[str, Stats] = {}
-    device: dict[str, Stats | None] = {}
-    for item in kept:
-        host[item.node.path] = scale(frozen(item.host, item.adjust_ns))
-        device[item.node.path] = (
-            None if item.device is None else scale(frozen(item.device, item.adjust_ns))
-        )
-
-    child_total: dict[str, float] = {}
+    kept = (
+        collected
+        if level is None
+        else [item for item in collected if not _above_level(item.node, level)]
+    )
+    scale = _scaler(normalizer, steps)
+    concurrent = registry.concurrent
+    host: dict[PathNode, Stats] = {}
+    primary: dict[PathNode, Stats] = {}
     for item in kept:
         node = item.node
-        if node in registry.concurrent:
-            continue
-        if node.parent is not None and node.parent.path in host:
-            primary = device[node.path] or host[node.path]
-            child_total[node.parent.path] = child_total.get(node.parent.path, 0.0) + primary.total
+        host[node] = stats = scale(stats_of(item.host, item.adjust_ns))
+        if item.device is not None:
+            stats = scale(item.device.to_stats(item.adjust_ns))
+        primary[node] = stats
+
+    child_total: dict[PathNode, float] = {}
+    for node, stats in primary.items():
+        parent = node.parent
+        if parent in primary and node not in concurrent:
+            child_total[parent] = child_total.get(parent, 0.0) + stats.total
 
     nodes = []
     for item in kept:
-        path = item.node.path
-        primary = device[path] or host[path]
+        node = item.node
+        stats = primary[node]
+        measured = stats is not host[node]
         nodes.append(
-            Node(
-                path=path,
-                host=host[path],
-                device=device[path],
-                self_time=max(primary.total - child_total.get(path, 0.0), 0.0),
-                clock="cuda" if device[path] is not None else item.node.mode,
-                level=item.node.level,
-                bytes=item.bytes,
-                concurrent=item.node in registry.concurrent,
-                open=item.open,
+            Node.of(
+                node.path,
+                host[node],
+                stats if measured else None,
+                max(stats.total - child_total.get(node, 0.0), 0.0),
+                "cuda" if measured else node.mode,
+                node.level,
+                item.bytes,
+                node in concurrent,
+                item.open,
             )
         )
 
@@ -594,5 +588,18 @@ def build_report(
     )
 
 
-def _per_call(stats: Stats) -> tuple[float, ...]:
-    return (stats.mean, stats.min, stats.max, stats.std, stats.p50, stats.p90, stats.p99)
+def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:
+    """What the normalizer does to one path's statistics."""
+    if normalizer == "steps":
+        if not steps:
+            return _same
+        per_step = 1.0 / steps
+        return lambda stats: stats.with_total(stats.total * per_step)
+    if normalizer == 1.0:
+        return _same
+    factor = 1.0 / float(normalizer)
+    return lambda stats: stats.scaled(factor)
+
+
+def _same(stats: Stats) -> Stats:
+    return stats
