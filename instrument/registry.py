@@ -114,8 +114,10 @@ else:
 #: Bounds on the tree (``instrument.configure(max_depth=..., max_paths=...)``): a path
 #: deeper than ``max_depth`` regions, or a new path beyond ``max_paths`` live ones, is
 #: counted in the one ``(overflow)`` path instead (warned once per cap).
-max_depth = 64
-max_paths = 10_000
+MAX_DEPTH = 64
+MAX_PATHS = 10_000
+max_depth = MAX_DEPTH
+max_paths = MAX_PATHS
 
 #: A path with no record in this many consecutive flushes is released (its memory freed;
 #: it comes back, empty, when it is entered again) unless something still holds it: an
@@ -129,6 +131,8 @@ class PathNode(NodeBase):
     """One path of the timing tree ("step/forward"), shared by every thread."""
 
     __slots__ = ("depth", "idle")
+    depth: int  # regions from the root (top-level paths: 1)
+    idle: int
 
     def __init__(self, name: str, parent: PathNode | None, level: int = 0) -> None:
         super().__init__()
@@ -193,6 +197,7 @@ def _overflow(too_deep: bool) -> PathNode:
         _live_paths += 1
     return node
 
+
 #: Bytes moved per path since the last collect (collectives); written under ``_lock``.
 _bytes: dict[PathNode, int] = {}
 
@@ -228,7 +233,7 @@ class _Pending(list[tuple[PathNode, Any, Any, int]]):
 
 
 #: (node, start event, end event, device index) for device-clock regions, resolved at flush.
-pending: list[tuple[PathNode, Any, Any, int]] = _Pending()
+pending: _Pending = _Pending()
 _pending_retired: list[tuple[PathNode, Any, Any, int]] | None = None
 _pending_retired_len = 0
 
@@ -351,17 +356,10 @@ def collect(open_now: list[OpenCall] | None = None) -> list[Collected]:
     Paths come in tree order (parents first, siblings by creation).
     """
     global _bytes
-    host: dict[PathNode, Summary] = {}
     with _lock:
         moved, _bytes = _bytes, {}
         nodes = list(walk())
-        for node in nodes:
-            summary = node.take()
-            if summary is None:
-                node.idle += 1
-            else:
-                host[node] = summary
-                node.idle = 0
+        host = _take(nodes)
         batch = _swap_pending()
         adjust, opened = _split_open(open_now or [], host)
         _release_idle(nodes, moved)
@@ -380,6 +378,20 @@ def collect(open_now: list[OpenCall] | None = None) -> list[Collected]:
     ]
 
 
+def _take(nodes: list[PathNode]) -> dict[PathNode, Summary]:
+    """Each node's summary since the last take (those with records), counting the idle
+    flushes of the others. The caller holds ``_lock``."""
+    host: dict[PathNode, Summary] = {}
+    for node in nodes:
+        summary = node.take()
+        if summary is None:
+            node.idle += 1
+        else:
+            host[node] = summary
+            node.idle = 0
+    return host
+
+
 def _release_idle(nodes: list[PathNode], moved: dict[PathNode, int]) -> None:
     """Drop the leaves idle for :data:`idle_flushes` flushes that nothing else holds (no
     open frame, cached anchor or pending event: their reference count says so), children
@@ -387,19 +399,23 @@ def _release_idle(nodes: list[PathNode], moved: dict[PathNode, int]) -> None:
     global _live_paths
     if not hasattr(sys, "getrefcount"):  # no reference counts to tell: keep every path
         return
-    # References to a free leaf: its parent's ``children``, ``nodes``, the loop variable
-    # and getrefcount's argument.
+    # References to a free leaf: its parent's ``children``, ``nodes``, the loop variable,
+    # getrefcount's argument, and the ``parent`` of each child released in this pass.
+    released: dict[PathNode, int] = {}
     for node in reversed(nodes):
         if node.idle < idle_flushes or node.children:
             continue
-        held = 4 + (node in concurrent) + (node in moved)
+        held = 4 + (node in concurrent) + (node in moved) + released.get(node, 0)
         if sys.getrefcount(node) > held:
             continue
-        parent = node.parent
-        if parent is None or parent.children.get(node.name) is not node:
+        if node.parent is None:  # (no local for the parent: it would hold it)
             continue
-        del parent.children[node.name]
+        siblings = node.parent.children
+        if siblings.get(node.name) is not node:
+            continue
+        del siblings[node.name]
         concurrent.discard(node)
+        released[node.parent] = released.get(node.parent, 0) + 1
         _live_paths -= 1
 
 
@@ -439,6 +455,7 @@ def _resolve(batch: list[tuple[PathNode, Any, Any, int]]) -> dict[PathNode, Accu
 #: Device durations of the pairs that had completed when the pending list last grew past
 #: its bound, per node, until the next flush.
 _early: dict[PathNode, Accumulator] = {}
+
 
 def _fold_completed() -> None:
     """Fold the pending pairs whose end event has completed (``Event.query()``, which never

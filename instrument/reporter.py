@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from instrument import _state, clocks, config, registry, throughput
+from instrument import _state, clocks, config, region, registry, selfcost, throughput
 from instrument.memory import MemorySampler
-from instrument.report import Node, Report
+from instrument.registry import PathNode
+from instrument.report import Node, Report, SelfCost
 from instrument.sinks.base import Sink, as_sink
 from instrument.sinks.files import rank_and_world
-from instrument.registry import PathNode
 from instrument.stats import Accumulator, Stats, stats_of
 from instrument.throughput import Throughput
 
@@ -249,20 +249,24 @@ class Reporter:
         self._index = 0
         self._closed = False
         self._exiting = False  # set by the flush at interpreter exit
-        self._reset_interval()
+        self._run_steps = 0  # steps of earlier intervals (for warm-up)
+        self._pending: list[int | None] = [None, None]  # samples, tokens of the open step
+        self._last_tick = _state.now()
+        self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
+        self._start_interval()
         config.refresh_auto_clock()
         with _live_lock:
             _live.add(self)
 
-    def _reset_interval(self) -> None:
-        self._run_steps = 0  # steps of earlier intervals (for warm-up)
-        self._pending: list[int | None] = [None, None]  # samples, tokens of the open step
+    def _start_interval(self) -> None:
+        """Begin a new interval: no steps, counts or step times yet (the open step's counts
+        and the last tick carry over: a step spans the flush)."""
         self._samples: list[int | None] = []
         self._tokens: list[int | None] = []
         self._steps = 0
         self._step_ns: list[int] = []
-        self._last_tick = _state.now()
         self._start_wall = clocks.wall_time()
+        self._start_ns = _state.now()
 
     @property
     def sinks(self) -> tuple[Sink, ...]:
@@ -340,16 +344,21 @@ class Reporter:
 
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
-        from instrument import region
-
+        region_ns = selfcost.region_ns()  # calibrated at the first flush, not counted in it
+        began = _state.now()
         collected = registry.collect(registry.open_calls(region._get()))
         steps, step_ns = self._steps, self._step_ns
         rates = self._throughput(step_ns)
         memory = self._memory.sample() if self._memory is not None else {}
+        cost = SelfCost(
+            regions=sum(item.host[0] for item in collected if item.host is not None),
+            region_ns=region_ns,
+            flush_seconds=self._last_flush_ns / 1e9,
+            interval_seconds=max(began - self._start_ns, 0) / 1e9,
+        )
         self._run_steps += steps
-        self._samples, self._tokens = [], []
         start_wall = self._start_wall
-        self._steps, self._step_ns, self._start_wall = 0, [], clocks.wall_time()
+        self._start_interval()
         self._index += 1
         report = build_report(
             collected,
@@ -363,9 +372,11 @@ class Reporter:
             end_time=self._start_wall,
             throughput=rates,
             memory=memory,
+            self_cost=cost,
         )
         report = self._across_ranks(report)
         self._emit(report)
+        self._last_flush_ns = _state.now() - began
         return report
 
     def _across_ranks(self, report: Report) -> Report:
@@ -522,6 +533,7 @@ def build_report(
     end_time: float = 0.0,
     throughput: Throughput | None = None,
     memory: Mapping[str, int] | None = None,
+    self_cost: SelfCost | None = None,
 ) -> Report:
     """Turn one interval's collected accumulators (in tree order, as
     :func:`registry.collect` gives them) into a normalized :class:`Report`."""
@@ -585,6 +597,7 @@ def build_report(
         world_size=world,
         throughput=throughput,
         memory=dict(memory or {}),
+        self_cost=self_cost,
     )
 
 

@@ -160,8 +160,8 @@ def _new(
     count: int,
     total: float,
     mean: float,
-    min: float,  # noqa: A002 - the field names
-    max: float,  # noqa: A002
+    min: float,
+    max: float,
     std: float,
     p50: float,
     p90: float,

@@ -88,6 +88,8 @@ def reset() -> None:
     compat_feed.to_registry(False)
     config.configure(clock="auto")
     registry.clear()
+    registry.max_depth, registry.max_paths = registry.MAX_DEPTH, registry.MAX_PATHS
+    registry._warned_caps.clear()
     region._set(region.ROOT_FRAME)
     region._warned.clear()
     clocks._warned.clear()
