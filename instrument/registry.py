@@ -30,12 +30,12 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instrument import clocks
 from instrument._native import speedups
+from instrument.regions.warn import warn_once
 from instrument.stats import Accumulator, Summary
 
 CHUNK = 4096
@@ -173,24 +173,19 @@ ROOT = PathNode("", None)
 #: Paths in the tree (every node but the root); only changed under ``_lock``.
 _live_paths = 0
 
-_warned_caps: set[str] = set()
-
-
 def _overflow(too_deep: bool) -> PathNode:
     """The ``(overflow)`` top-level path, created on first use; warns once per cap. The
     caller holds ``_lock``."""
     global _live_paths
     cap, value = ("max_depth", max_depth) if too_deep else ("max_paths", max_paths)
-    if cap not in _warned_caps:
-        _warned_caps.add(cap)
-        what = f"deeper than {value} regions" if too_deep else f"beyond {value} distinct paths"
-        warnings.warn(
-            f"instrument: region paths {what} are counted in the one path {OVERFLOW!r} "
-            f"(a generator that keeps a region open across yield, deep recursion, or names "
-            f"made per call?); raise the cap with instrument.configure({cap}=...)",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+    what = f"deeper than {value} regions" if too_deep else f"beyond {value} distinct paths"
+    warn_once(
+        f"registry:{cap}",
+        f"instrument: region paths {what} are counted in the one path {OVERFLOW!r} "
+        f"(a generator that keeps a region open across yield, deep recursion, or names "
+        f"made per call?); raise the cap with instrument.configure({cap}=...)",
+        stacklevel=5,
+    )
     node = ROOT.children.get(OVERFLOW)
     if node is None:
         node = ROOT.children[OVERFLOW] = PathNode(OVERFLOW, ROOT, 0)
@@ -308,7 +303,7 @@ def closed_elsewhere(node: PathNode, t0: int) -> None:
 
 def open_calls(top: Any) -> list[OpenCall]:
     """The calls open in a context, innermost first, from its top frame
-    ``(node, t0, parent_frame, owner, event)`` (``instrument.region``'s frame stack), each
+    ``(node, t0, parent_frame, owner, event)`` (``instrument.regions.frames``' stack), each
     with the current time of its region's clock. Frames that time nothing (an anchor that
     only sets a parent path) and calls already closed elsewhere are left out."""
     out: list[OpenCall] = []

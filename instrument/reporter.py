@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from instrument import _state, clocks, config, region, registry, selfcost, throughput
+from instrument import _state, clocks, config, registry, selfcost, throughput
 from instrument.memory import MemorySampler
+from instrument.regions import frames
 from instrument.registry import PathNode
 from instrument.report import Node, Report, SelfCost
 from instrument.sinks.base import Sink, as_sink
@@ -238,7 +239,7 @@ class Reporter:
         self._memory = MemorySampler() if memory else None
         self.normalizer = _check_normalizer(normalizer)
         if level is not None:
-            from instrument.region import check_level
+            from instrument.regions.region import check_level
 
             check_level(level)
         self.level = level
@@ -346,7 +347,7 @@ class Reporter:
         config.refresh_auto_clock()
         region_ns = selfcost.region_ns()  # calibrated at the first flush, not counted in it
         began = _state.now()
-        collected = registry.collect(registry.open_calls(region._get()))
+        collected = registry.collect(registry.open_calls(frames._get()))
         steps, step_ns = self._steps, self._step_ns
         rates = self._throughput(step_ns)
         memory = self._memory.sample() if self._memory is not None else {}
@@ -480,7 +481,7 @@ def _warn_unmeasured(
     reporter: Reporter, flops: float | None, peak: float | None, steps: int
 ) -> None:
     """Say once why a report has no TFLOP/s or no MFU, and how to get them."""
-    from instrument.region import warn_once
+    from instrument.regions.warn import warn_once
 
     if reporter.flops_per_step == "auto" and steps > 2:
         warn_once(
@@ -508,7 +509,7 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
     if not reporter.ticked_by_optimizer:
         reporter.step(samples=samples, tokens=tokens)
         return
-    from instrument.region import warn_once
+    from instrument.regions.warn import warn_once
 
     warn_once(
         "reporter:double-step",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 
-from instrument import region
+from instrument.regions import frames
+from instrument.regions.timed import timed
 from instrument.registry import PathNode
 
 #: Calls timed per calibration round (a round takes well under a millisecond in C).
@@ -35,9 +36,9 @@ def _calibrate() -> float:
     scratch = PathNode("", None)
     name = "(calibration)"
     scratch.children[name] = PathNode(name, scratch)
-    timed = region.timed(name)
-    saved = region._get()
-    region._set((scratch, 0, None, None, None))
+    region = timed(name)
+    saved = frames._get()
+    frames._set((scratch, 0, None, None, None))
     best = float("inf")
     try:
         for _ in range(ROUNDS):
@@ -47,10 +48,10 @@ def _calibrate() -> float:
                 pass
             t1 = time.perf_counter_ns()
             for _ in loop:
-                with timed:
+                with region:
                     pass
             t2 = time.perf_counter_ns()
             best = min(best, max((t2 - t1) - (t1 - t0), 0) / CALLS)
     finally:
-        region._set(saved)
+        frames._set(saved)
     return best
