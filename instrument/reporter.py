@@ -549,7 +549,8 @@ def build_report(
     primary: dict[PathNode, Stats] = {}
     for item in kept:
         node = item.node
-        host[node] = stats = scale(stats_of(item.host, item.adjust_ns))
+        stats = stats_of(item.host, item.adjust_ns)
+        host[node] = stats = stats if scale is _same else scale(stats)
         if item.device is not None:
             stats = scale(item.device.to_stats(item.adjust_ns))
         primary[node] = stats

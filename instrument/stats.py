@@ -152,8 +152,23 @@ def stats_of(summary: Summary | None, extra_ns: int = 0) -> Stats:
     if summary is None:
         return _EMPTY if extra_ns <= 0 else dataclasses.replace(_EMPTY, total=extra_ns / 1e9)
     total_ns = summary[1] + extra_ns if extra_ns else summary[1]
-    count, _, mean, lo, hi, std, p50, p90, p99 = summary
-    return _new(count, (total_ns if total_ns > 0 else 0) / 1e9, mean, lo, hi, std, p50, p90, p99)
+    stats = object.__new__(Stats)  # Stats(...) without its per-field __setattr__, as _new
+    object.__setattr__(
+        stats,
+        "__dict__",
+        {
+            "count": summary[0],
+            "total": (total_ns if total_ns > 0 else 0) / 1e9,
+            "mean": summary[2],
+            "min": summary[3],
+            "max": summary[4],
+            "std": summary[5],
+            "p50": summary[6],
+            "p90": summary[7],
+            "p99": summary[8],
+        },
+    )
+    return stats
 
 
 def _new(
