@@ -5,6 +5,7 @@ at a cost close to reading the clock and without synchronizing the device.
 """
 
 from instrument import sinks
+from instrument import tree as _tree  # noqa: F401 - registers Report.render's text renderer
 from instrument.auto import AutoHandle, auto
 from instrument.clocks import Clock
 from instrument.config import configure, disable, enable, is_enabled

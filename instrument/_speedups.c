@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <math.h>
 
 #define NBUCKETS 384
 #define MANTISSA_SHIFT 49             /* keep the exponent and top 3 mantissa bits */
@@ -225,6 +226,106 @@ Node_add(NodeObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* num / den as Python's int true division gives it (correctly rounded): plain doubles
+ * while both are exact as doubles, Python ints beyond. */
+static int
+exact_ratio(unsigned __int128 num, unsigned __int128 den, double *out)
+{
+    const unsigned __int128 exact = (unsigned __int128)1 << 53;
+    if (num <= exact && den <= exact) {
+        *out = (double)num / (double)den;
+        return 0;
+    }
+    PyObject *n = u128_to_long(num), *d = n ? u128_to_long(den) : NULL;
+    PyObject *q = d ? PyNumber_TrueDivide(n, d) : NULL;
+    Py_XDECREF(n);
+    Py_XDECREF(d);
+    if (q == NULL) {
+        return -1;
+    }
+    *out = PyFloat_AsDouble(q);
+    Py_DECREF(q);
+    return 0;
+}
+
+/* The value a histogram bucket stands for: its midpoint (see stats.bucket_bounds). */
+static double
+bucket_mid(int b)
+{
+    if (b == 0) {
+        return 0.5;
+    }
+    uint64_t lo_bits = (uint64_t)(b + ONE_KEY - 1) << MANTISSA_SHIFT;
+    uint64_t hi_bits = (uint64_t)(b + ONE_KEY) << MANTISSA_SHIFT;
+    double lo, hi;
+    memcpy(&lo, &lo_bits, sizeof lo);
+    memcpy(&hi, &hi_bits, sizeof hi);
+    return (lo + hi) / 2;
+}
+
+static const double QUANTILES[3] = {0.5, 0.9, 0.99};
+
+/* The interval's summary, exactly as stats.Accumulator.summary() computes it. */
+static PyObject *
+node_summary(const NodeObject *n)
+{
+    int64_t count = n->count;
+    double mean, variance = 0.0, q[3];
+    unsigned __int128 c = (unsigned __int128)count, num;
+    if (exact_ratio(n->total, c, &mean) < 0) {
+        return NULL;
+    }
+    /* count * sumsq - total^2 >= 0 (Cauchy-Schwarz); Python ints when it would overflow */
+    if (!__builtin_mul_overflow(c, n->sumsq, &num) && n->total < ((unsigned __int128)1 << 64)) {
+        num -= n->total * n->total;
+        if (exact_ratio(num, c * c, &variance) < 0) {
+            return NULL;
+        }
+    }
+    else {
+        PyObject *cl = PyLong_FromLongLong(count), *s = u128_to_long(n->sumsq);
+        PyObject *t = u128_to_long(n->total), *a = NULL, *b = NULL, *d = NULL, *v = NULL;
+        if (cl && s && t && (a = PyNumber_Multiply(cl, s)) && (b = PyNumber_Multiply(t, t)) &&
+            (d = PyNumber_Subtract(a, b))) {
+            Py_SETREF(a, PyNumber_Multiply(cl, cl));
+            v = a ? PyNumber_TrueDivide(d, a) : NULL;
+        }
+        Py_XDECREF(cl);
+        Py_XDECREF(s);
+        Py_XDECREF(t);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(d);
+        if (v == NULL) {
+            return NULL;
+        }
+        variance = PyFloat_AsDouble(v);
+        Py_DECREF(v);
+    }
+    double lo = (double)n->min, hi = (double)n->max;
+    int b = 0;
+    uint64_t seen = 0;
+    for (int i = 0; i < 3; i++) {
+        double rank = QUANTILES[i] * (double)count;
+        while ((double)seen < rank && b < NBUCKETS) {
+            seen += n->hist[b++];
+        }
+        if ((double)seen < rank) {
+            q[i] = hi;
+            continue;
+        }
+        double mid = bucket_mid(b - 1);
+        q[i] = mid < lo ? lo : (mid > hi ? hi : mid);
+    }
+    PyObject *total = u128_to_long(n->total);
+    if (total == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("(LNddddddd)", (long long)count, total, mean / 1e9, lo / 1e9,
+                         hi / 1e9, sqrt(variance > 0.0 ? variance : 0.0) / 1e9, q[0] / 1e9,
+                         q[1] / 1e9, q[2] / 1e9);
+}
+
 static PyObject *
 Node_take(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
@@ -240,35 +341,7 @@ Node_take(NodeObject *self, PyObject *Py_UNUSED(ignored))
     snap.sumsq = self->sumsq;
     memcpy(snap.hist, self->hist, sizeof snap.hist);
     node_reset(self);
-
-    PyObject *hist = PyDict_New();
-    if (hist == NULL) {
-        return NULL;
-    }
-    for (int b = 0; b < NBUCKETS; b++) {
-        if (snap.hist[b] == 0) {
-            continue;
-        }
-        PyObject *k = PyLong_FromLong(b);
-        PyObject *v = PyLong_FromUnsignedLongLong(snap.hist[b]);
-        int rc = (k && v) ? PyDict_SetItem(hist, k, v) : -1;
-        Py_XDECREF(k);
-        Py_XDECREF(v);
-        if (rc < 0) {
-            Py_DECREF(hist);
-            return NULL;
-        }
-    }
-    PyObject *total = u128_to_long(snap.total);
-    PyObject *sumsq = u128_to_long(snap.sumsq);
-    if (total == NULL || sumsq == NULL) {
-        Py_XDECREF(total);
-        Py_XDECREF(sumsq);
-        Py_DECREF(hist);
-        return NULL;
-    }
-    return Py_BuildValue("(LNNLLN)", (long long)snap.count, total, sumsq, (long long)snap.min,
-                         (long long)snap.max, hist);
+    return node_summary(&snap);
 }
 
 static PyObject *
@@ -323,7 +396,8 @@ Node_dealloc(NodeObject *self)
 static PyMethodDef Node_methods[] = {
     {"add", (PyCFunction)Node_add, METH_O, "Record one duration in ns."},
     {"take", (PyCFunction)Node_take, METH_NOARGS,
-     "Return (count, total, sumsq, min, max, hist) and reset; None if nothing recorded."},
+     "Return (count, total ns, mean, min, max, std, p50, p90, p99) (seconds but the total) "
+     "and reset; None if nothing recorded."},
     {"clear_stats", (PyCFunction)Node_clear_stats, METH_NOARGS, "Forget what was recorded."},
     {"has_records", (PyCFunction)Node_has_records, METH_NOARGS,
      "True if anything was recorded since the last take."},

@@ -11,14 +11,21 @@ import threading
 import time
 from typing import Any
 
-from instrument import _state, clocks, observe
+from instrument import _state, clocks, observe, registry
 from instrument.regions import region
 
 _UNSET: Any = object()
 
 
-def configure(*, clock: object = _UNSET, level: int | None = _UNSET, nvtx: bool = _UNSET) -> None:
-    """Set the default clock, the recording level, and NVTX ranges.
+def configure(
+    *,
+    clock: object = _UNSET,
+    level: int | None = _UNSET,
+    nvtx: bool = _UNSET,
+    max_depth: int = _UNSET,
+    max_paths: int = _UNSET,
+) -> None:
+    """Set the default clock, the recording level, NVTX ranges, and the bounds of the tree.
 
     Args:
         clock: "auto" (default: "cuda" when CUDA is available and initialised, else "cpu"),
@@ -27,7 +34,15 @@ def configure(*, clock: object = _UNSET, level: int | None = _UNSET, nvtx: bool 
         level: Regions whose ``level`` is above this are skipped; ``None`` records all.
         nvtx: Push an NVTX range per region (``torch.cuda.nvtx``), so Nsight Systems shows
             the same tree; a no-op, warned once, without a CUDA build of torch.
+        max_depth: Regions nested deeper than this (default 64) are counted in one
+            ``(overflow)`` path, warned once (a generator that keeps a region open across
+            ``yield`` would otherwise grow its path at every item).
+        max_paths: New paths beyond this many (default 10,000) are counted in
+            ``(overflow)`` too, warned once. Paths idle for a few flushes are released.
     """
+    for name, cap in (("max_depth", max_depth), ("max_paths", max_paths)):
+        if cap is not _UNSET and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"{name} must be an int >= 1, got {cap!r}")
     if nvtx is not _UNSET and not isinstance(nvtx, bool):
         raise ValueError(f"nvtx must be True or False, got {nvtx!r}")
     if clock is not _UNSET:
@@ -42,6 +57,10 @@ def configure(*, clock: object = _UNSET, level: int | None = _UNSET, nvtx: bool 
         _state.level = level
     if nvtx is not _UNSET:
         observe.set_nvtx(nvtx)
+    if max_depth is not _UNSET:
+        registry.max_depth = max_depth
+    if max_paths is not _UNSET:
+        registry.max_paths = max_paths
     region.apply_all()
 
 

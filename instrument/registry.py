@@ -28,14 +28,15 @@ all-reduce — is marked so that the report does not subtract it from its parent
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instrument import _fields, clocks
 from instrument._native import speedups
-from instrument.stats import Accumulator
+from instrument.regions.warn import warn_once
+from instrument.stats import Accumulator, Summary
 
 CHUNK = 4096
 
@@ -82,15 +83,15 @@ class _PyNodeBase:
         if len(buf) >= CHUNK:
             fold(self)
 
-    def take(self) -> tuple[int, int, int, int, int, dict[int, int]] | None:
-        """``(count, total, sumsq, min, max, hist)`` since the last take, and reset; ``None``
-        if nothing was recorded. The caller holds ``_lock``."""
+    def take(self) -> Summary | None:
+        """The :data:`~instrument.stats.Summary` of what was recorded since the last take,
+        and reset; ``None`` if nothing was recorded. The caller holds ``_lock``."""
         _drain(self)
         if not self.acc.count:
             return None
-        parts = self.acc.parts()
+        summary = self.acc.summary()
         self.acc = Accumulator()
-        return parts
+        return summary
 
     def clear_stats(self) -> None:
         """Forget what was recorded."""
@@ -120,10 +121,28 @@ else:
     NodeBase = speedups.NodeBase
 
 
+#: Bounds on the tree (``instrument.configure(max_depth=..., max_paths=...)``): a path
+#: deeper than ``max_depth`` regions, or a new path beyond ``max_paths`` live ones, is
+#: counted in the one ``(overflow)`` path instead (warned once per cap).
+MAX_DEPTH = 64
+MAX_PATHS = 10_000
+max_depth = MAX_DEPTH
+max_paths = MAX_PATHS
+
+#: A path with no record in this many consecutive flushes is released (its memory freed;
+#: it comes back, empty, when it is entered again) unless something still holds it: an
+#: open region, a hook's cached node, a pending device event.
+idle_flushes = 8
+
+OVERFLOW = "(overflow)"
+
+
 class PathNode(NodeBase):
     """One path of the timing tree ("step/forward"), shared by every thread."""
 
-    __slots__ = ()
+    __slots__ = ("depth", "idle")
+    depth: int  # regions from the root (top-level paths: 1)
+    idle: int
 
     def __init__(self, name: str, parent: PathNode | None, level: int = 0) -> None:
         super().__init__()
@@ -133,15 +152,24 @@ class PathNode(NodeBase):
         self.level = level
         self.mode = "cpu"
         self.children = {}
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.idle = 0  # flushes in a row without a record
 
     def child(self, name: str, level: int, mode: str) -> PathNode:
-        """The child called ``name``, created on first use (the only locked step of a region)."""
+        """The child called ``name``, created on first use (the only locked step of a region);
+        the ``(overflow)`` path beyond the caps (and below it)."""
+        global _live_paths
         with _lock:
             node = self.children.get(name)
             if node is None:
+                if self.name == OVERFLOW and self.parent is ROOT:
+                    return self
+                if self.depth >= max_depth or _live_paths >= max_paths:
+                    return _overflow(self.depth >= max_depth)
                 node = PathNode(name, self, level)
                 node.mode = mode
                 self.children[name] = node
+                _live_paths += 1
             elif mode != "cpu":
                 node.mode = mode
             return node
@@ -151,6 +179,29 @@ class PathNode(NodeBase):
 
 
 ROOT = PathNode("", None)
+
+#: Paths in the tree (every node but the root); only changed under ``_lock``.
+_live_paths = 0
+
+def _overflow(too_deep: bool) -> PathNode:
+    """The ``(overflow)`` top-level path, created on first use; warns once per cap. The
+    caller holds ``_lock``."""
+    global _live_paths
+    cap, value = ("max_depth", max_depth) if too_deep else ("max_paths", max_paths)
+    what = f"deeper than {value} regions" if too_deep else f"beyond {value} distinct paths"
+    warn_once(
+        f"registry:{cap}",
+        f"instrument: region paths {what} are counted in the one path {OVERFLOW!r} "
+        f"(a generator that keeps a region open across yield, deep recursion, or names "
+        f"made per call?); raise the cap with instrument.configure({cap}=...)",
+        stacklevel=5,
+    )
+    node = ROOT.children.get(OVERFLOW)
+    if node is None:
+        node = ROOT.children[OVERFLOW] = PathNode(OVERFLOW, ROOT, 0)
+        _live_paths += 1
+    return node
+
 
 #: Bytes moved per path since the last collect (collectives); written under ``_lock``.
 _bytes: dict[PathNode, int] = {}
@@ -170,8 +221,24 @@ def mark_concurrent(node: PathNode) -> None:
     concurrent.add(node)
 
 
+#: Pending pairs that make the list look for completed ones (see :class:`_Pending`).
+PENDING_BOUND = 4096
+
+
+class _Pending(list[tuple[PathNode, Any, Any, int]]):
+    """The pending device event pairs: a list that, past ``bound`` pairs, folds those that
+    have completed, so it stays bounded by how far the device lags, flush or no flush."""
+
+    bound = PENDING_BOUND
+
+    def append(self, item: tuple[PathNode, Any, Any, int]) -> None:
+        super().append(item)
+        if len(self) >= self.bound:
+            _fold_completed()
+
+
 #: (node, start event, end event, device index) for device-clock regions, resolved at flush.
-pending: list[tuple[PathNode, Any, Any, int]] = []
+pending: _Pending = _Pending()
 _pending_retired: list[tuple[PathNode, Any, Any, int]] | None = None
 _pending_retired_len = 0
 
@@ -208,8 +275,7 @@ def walk(node: PathNode = ROOT) -> Iterator[PathNode]:
         stack.extend(reversed(tuple(current.children.values())))
 
 
-@dataclass(frozen=True)
-class Collected:
+class Collected(NamedTuple):
     """What one path recorded during an interval.
 
     ``adjust_ns`` is added to the path's total (host and device): the time inside this
@@ -219,7 +285,7 @@ class Collected:
     """
 
     node: PathNode
-    host: Accumulator
+    host: Summary | None
     device: Accumulator | None
     bytes: int = 0
     adjust_ns: int = 0
@@ -261,7 +327,7 @@ def open_calls(top: Any) -> list[OpenCall]:
 
 
 def _split_open(
-    open_now: list[OpenCall], host: dict[PathNode, Accumulator]
+    open_now: list[OpenCall], host: dict[PathNode, Summary]
 ) -> tuple[dict[PathNode, int], set[PathNode]]:
     """Per node: ns to add to this interval's total for calls open now or closed since an
     earlier flush (see :class:`Collected`), and the nodes with a call open now."""
@@ -280,42 +346,33 @@ def _split_open(
             carried[key] = reported
             continue
         node = key[1]  # closed since: its record holds the full duration
-        acc = host.get(node)
-        if acc is not None and acc.count:  # (none: abandoned, nothing recorded)
-            adjust[node] = adjust.get(node, 0) - min(reported, acc.total)
+        summary = host.get(node)
+        if summary is not None:  # (none: abandoned, nothing recorded)
+            adjust[node] = adjust.get(node, 0) - min(reported, summary[1])
     _carried = carried
     return adjust, {call[0] for call in open_now}
 
 
 def collect(open_now: list[OpenCall] | None = None) -> list[Collected]:
     """Snapshot and reset every path; resolve pending device events; split the calls in
-    ``open_now`` (:func:`open_calls` of the flushing context) at this flush.
+    ``open_now`` (:func:`open_calls` of the flushing context) at this flush; release the
+    paths idle for :data:`idle_flushes` flushes.
 
     Paths come in tree order (parents first, siblings by creation).
     """
-    global pending, _pending_retired, _pending_retired_len, _bytes
-    nodes: list[PathNode] = []
-    host: dict[PathNode, Accumulator] = {}
+    global _bytes
     with _lock:
         moved, _bytes = _bytes, {}
-        for node in walk():
-            nodes.append(node)
-            parts = node.take()
-            if parts is not None:
-                host[node] = Accumulator.from_parts(*parts)
-        events = pending
-        pending = []
-        late: list[tuple[PathNode, Any, Any, int]] = []
-        if _pending_retired is not None and len(_pending_retired) > _pending_retired_len:
-            late = _pending_retired[_pending_retired_len:]
-        batch = late + events[:]
-        _pending_retired, _pending_retired_len = events, len(batch) - len(late)
+        nodes = list(walk())
+        host = _take(nodes)
+        batch = _swap_pending()
         adjust, opened = _split_open(open_now or [], host)
+        _release_idle(nodes, moved)
     device = _resolve(batch)
     return [
         Collected(
             node,
-            host[node] if node in host else Accumulator(),
+            host.get(node),
             device.get(node),
             moved.get(node, 0),
             adjust.get(node, 0),
@@ -326,34 +383,115 @@ def collect(open_now: list[OpenCall] | None = None) -> list[Collected]:
     ]
 
 
+def _take(nodes: list[PathNode]) -> dict[PathNode, Summary]:
+    """Each node's summary since the last take (those with records), counting the idle
+    flushes of the others. The caller holds ``_lock``."""
+    host: dict[PathNode, Summary] = {}
+    for node in nodes:
+        summary = node.take()
+        if summary is None:
+            node.idle += 1
+        else:
+            host[node] = summary
+            node.idle = 0
+    return host
+
+
+def _release_idle(nodes: list[PathNode], moved: dict[PathNode, int]) -> None:
+    """Drop the leaves idle for :data:`idle_flushes` flushes that nothing else holds (no
+    open frame, cached anchor or pending event: their reference count says so), children
+    before parents. The caller holds ``_lock``."""
+    global _live_paths
+    if not hasattr(sys, "getrefcount"):  # no reference counts to tell: keep every path
+        return
+    # References to a free leaf: its parent's ``children``, ``nodes``, the loop variable,
+    # getrefcount's argument, and the ``parent`` of each child released in this pass.
+    released: dict[PathNode, int] = {}
+    for node in reversed(nodes):
+        if node.idle < idle_flushes or node.children:
+            continue
+        held = 4 + (node in concurrent) + (node in moved) + released.get(node, 0)
+        if sys.getrefcount(node) > held:
+            continue
+        if node.parent is None:  # (no local for the parent: it would hold it)
+            continue
+        siblings = node.parent.children
+        if siblings.get(node.name) is not node:
+            continue
+        del siblings[node.name]
+        concurrent.discard(node)
+        released[node.parent] = released.get(node.parent, 0) + 1
+        _live_paths -= 1
+
+
+def live_paths() -> int:
+    """How many paths the tree holds now."""
+    return _live_paths
+
+
+def _swap_pending() -> list[tuple[PathNode, Any, Any, int]]:
+    """Take every pending device event pair, including those appended to the list swapped
+    out last time by a thread that had already read it. The caller holds ``_lock``."""
+    global pending, _pending_retired, _pending_retired_len
+    events = pending
+    pending = _Pending()
+    late: list[tuple[PathNode, Any, Any, int]] = []
+    if _pending_retired is not None and len(_pending_retired) > _pending_retired_len:
+        late = _pending_retired[_pending_retired_len:]
+    batch = late + events[:]
+    _pending_retired, _pending_retired_len = events, len(batch) - len(late)
+    return batch
+
+
 def _resolve(batch: list[tuple[PathNode, Any, Any, int]]) -> dict[PathNode, Accumulator]:
-    """Device durations per node from (start, end) event pairs; waits only for those events."""
-    if not batch:
-        return {}
+    """Device durations per node: the pairs folded early (:func:`_fold_completed`) and those
+    of ``batch``, waiting only for these events."""
+    global _early
+    out, _early = _early, {}
     durations: dict[PathNode, list[int]] = {}
-    used: dict[int, list[Any]] = {}
     for node, start, end, device in batch:
-        end.synchronize()
-        durations.setdefault(node, []).append(round(start.elapsed_time(end) * 1e6))
-        used.setdefault(device, []).extend((start, end))
-    for device, evs in used.items():
-        clocks.events.release(device, evs)
-    out: dict[PathNode, Accumulator] = {}
+        ms = clocks.pair_ms((start, end, device))
+        durations.setdefault(node, []).append(round(ms * 1e6))
     for node, values in durations.items():
-        acc = Accumulator()
-        acc.add_batch(values)
-        out[node] = acc
+        out.setdefault(node, Accumulator()).add_batch(values)
     return out
+
+
+#: Device durations of the pairs that had completed when the pending list last grew past
+#: its bound, per node, until the next flush.
+_early: dict[PathNode, Accumulator] = {}
+
+
+def _fold_completed() -> None:
+    """Fold the pending pairs whose end event has completed (``Event.query()``, which never
+    waits) into :data:`_early`; keep the others pending."""
+    with _lock:
+        batch = _swap_pending()
+        done: dict[PathNode, list[int]] = {}
+        waiting: list[tuple[PathNode, Any, Any, int]] = []
+        for item in batch:
+            node, start, end, device = item
+            if end.query():
+                ms = clocks.pair_ms((start, end, device))
+                done.setdefault(node, []).append(round(ms * 1e6))
+            else:
+                waiting.append(item)
+        for node, values in done.items():
+            _early.setdefault(node, Accumulator()).add_batch(values)
+        pending.extend(waiting)
+        # the device is far behind: look again once the list has doubled, not at every pair
+        pending.bound = max(PENDING_BOUND, 2 * len(waiting))
 
 
 def clear() -> None:
     """Forget everything recorded (paths stay known)."""
-    global pending, _pending_retired, _pending_retired_len, _bytes
+    global pending, _pending_retired, _pending_retired_len, _bytes, _early
     with _lock:
         for node in walk():
             node.clear_stats()
-        pending = []
+        pending = _Pending()
         _bytes = {}
+        _early = {}
         _pending_retired, _pending_retired_len = None, 0
         _carried.clear()
 
@@ -367,7 +505,7 @@ def _after_fork_in_child() -> None:
     """A forked child (a DataLoader worker, say) starts with nothing recorded."""
     global _lock
     _lock = threading.Lock()  # the parent may have held it while forking
-    _inherited.extend((clocks.events._free, pending, _pending_retired))
+    _inherited.extend((clocks.events._free, pending, _pending_retired, _early))
     clocks.events.clear()
     clear()
 

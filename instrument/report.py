@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -11,6 +11,10 @@ from instrument.stats import Stats
 from instrument.throughput import Throughput
 
 FORMAT_VERSION = 1
+
+#: ``Report.render``'s implementation: :func:`instrument.tree.render_text`, which registers
+#: itself when imported (``import instrument`` does), so the model never imports its renderer.
+text_renderer: Callable[..., str] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,45 @@ class Straggler:
 
 
 @dataclass(frozen=True)
+class SelfCost:
+    """What instrument itself cost in an interval: the ``regions`` that ended in it times
+    one region's enter and exit on this machine (``region_ns``, calibrated once), plus the
+    previous flush's own time (``flush_seconds``), against the interval's time on the host
+    clock (``interval_seconds``)."""
+
+    regions: int
+    region_ns: float
+    flush_seconds: float
+    interval_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        """The estimated cost in seconds."""
+        return self.regions * self.region_ns / 1e9 + self.flush_seconds
+
+    @property
+    def share(self) -> float:
+        """The cost as a fraction of the interval (0.0 for an empty interval)."""
+        if self.interval_seconds <= 0.0:
+            return 0.0
+        return self.seconds / self.interval_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict; :meth:`from_dict` restores it exactly."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SelfCost:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            regions=int(data["regions"]),
+            region_ns=float(data["region_ns"]),
+            flush_seconds=float(data["flush_seconds"]),
+            interval_seconds=float(data["interval_seconds"]),
+        )
+
+
+@dataclass(frozen=True)
 class Node:
     """Statistics of one path for one interval, in seconds.
 
@@ -132,6 +175,40 @@ class Node:
     concurrent: bool = False
     ranks: RankStats | None = None
     open: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        path: str,
+        host: Stats,
+        device: Stats | None,
+        self_time: float,
+        clock: str,
+        level: int,
+        nbytes: int,
+        concurrent: bool,
+        is_open: bool,
+    ) -> Node:
+        """``Node(...)`` without the frozen dataclass's per-field ``__setattr__`` (the flush
+        builds one per path)."""
+        node = object.__new__(cls)
+        object.__setattr__(
+            node,
+            "__dict__",
+            {
+                "path": path,
+                "host": host,
+                "device": device,
+                "self_time": self_time,
+                "clock": clock,
+                "level": level,
+                "bytes": nbytes,
+                "concurrent": concurrent,
+                "ranks": None,
+                "open": is_open,
+            },
+        )
+        return node
 
     @property
     def name(self) -> str:
@@ -301,7 +378,8 @@ class Report:
     ``stragglers`` (on the group's first rank) names the ranks that stayed slow (at most
     64, each with its 3 slowest regions; ``stragglers_count`` says how many there are). When a
     cross-rank flush could not run (a rank missing or at another interval), the report is
-    this rank's own and ``across_note`` says why, naming the ranks.
+    this rank's own and ``across_note`` says why, naming the ranks. ``self_cost`` says what
+    the timing itself cost in the interval (``None`` in a report not made by a flush).
     """
 
     nodes: tuple[Node, ...] = ()
@@ -322,6 +400,7 @@ class Report:
     stragglers: tuple[Straggler, ...] = ()
     stragglers_count: int = 0
     across_note: str = ""
+    self_cost: SelfCost | None = None
     _by_path: dict[str, Node] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -364,9 +443,8 @@ class Report:
 
     def render(self, *, unicode: bool = True, width: int | None = None) -> str:
         """The text tree (see :func:`instrument.tree.render_text`)."""
-        from instrument.tree import render_text
-
-        return render_text(self, unicode=unicode, width=width)
+        assert text_renderer is not None, "instrument.tree registers the renderer at import"
+        return text_renderer(self, unicode=unicode, width=width)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict; :meth:`from_dict` restores an equal report."""
@@ -389,6 +467,7 @@ class Report:
             "stragglers": [straggler.to_dict() for straggler in self.stragglers],
             "stragglers_count": self.stragglers_count,
             "across_note": self.across_note,
+            "self_cost": None if self.self_cost is None else self.self_cost.to_dict(),
             "nodes": [node.to_dict() for node in self.nodes],
         }
 
@@ -405,6 +484,7 @@ class Report:
         step_time = data.get("step_time")
         normalizer = data.get("normalizer", 1.0)
         rates = data.get("throughput")
+        cost = data.get("self_cost")
         return cls(
             nodes=tuple(Node.from_dict(node) for node in data["nodes"]),
             steps=int(data.get("steps", 0)),
@@ -424,4 +504,5 @@ class Report:
             stragglers=tuple(Straggler.from_dict(s) for s in data.get("stragglers") or ()),
             stragglers_count=int(data.get("stragglers_count", 0)),
             across_note=str(data.get("across_note", "")),
+            self_cost=None if cost is None else SelfCost.from_dict(cost),
         )

@@ -13,19 +13,21 @@ import logging
 import numbers
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from instrument import _state, clocks, config, registry, throughput
+from instrument import _state, clocks, config, registry, selfcost, throughput
 from instrument.memory import MemorySampler
-from instrument.report import Node, Report
+from instrument.regions import frames
+from instrument.registry import PathNode
+from instrument.report import Node, Report, SelfCost
 from instrument.sinks.base import Sink, as_sink
 from instrument.sinks.files import rank_and_world
-from instrument.stats import Accumulator, Stats
+from instrument.stats import Accumulator, Stats, stats_of
 from instrument.throughput import Throughput
 
 if TYPE_CHECKING:
@@ -248,20 +250,24 @@ class Reporter:
         self._index = 0
         self._closed = False
         self._exiting = False  # set by the flush at interpreter exit
-        self._reset_interval()
+        self._run_steps = 0  # steps of earlier intervals (for warm-up)
+        self._pending: list[int | None] = [None, None]  # samples, tokens of the open step
+        self._last_tick = _state.now()
+        self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
+        self._start_interval()
         config.refresh_auto_clock()
         with _live_lock:
             _live.add(self)
 
-    def _reset_interval(self) -> None:
-        self._run_steps = 0  # steps of earlier intervals (for warm-up)
-        self._pending: list[int | None] = [None, None]  # samples, tokens of the open step
+    def _start_interval(self) -> None:
+        """Begin a new interval: no steps, counts or step times yet (the open step's counts
+        and the last tick carry over: a step spans the flush)."""
         self._samples: list[int | None] = []
         self._tokens: list[int | None] = []
         self._steps = 0
         self._step_ns: list[int] = []
-        self._last_tick = _state.now()
         self._start_wall = clocks.wall_time()
+        self._start_ns = _state.now()
 
     @property
     def sinks(self) -> tuple[Sink, ...]:
@@ -339,16 +345,21 @@ class Reporter:
 
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
-        from instrument.regions import frames
-
+        region_ns = selfcost.region_ns()  # calibrated at the first flush, not counted in it
+        began = _state.now()
         collected = registry.collect(registry.open_calls(frames._get()))
         steps, step_ns = self._steps, self._step_ns
         rates = self._throughput(step_ns)
         memory = self._memory.sample() if self._memory is not None else {}
+        cost = SelfCost(
+            regions=sum(item.host[0] for item in collected if item.host is not None),
+            region_ns=region_ns,
+            flush_seconds=self._last_flush_ns / 1e9,
+            interval_seconds=max(began - self._start_ns, 0) / 1e9,
+        )
         self._run_steps += steps
-        self._samples, self._tokens = [], []
         start_wall = self._start_wall
-        self._steps, self._step_ns, self._start_wall = 0, [], clocks.wall_time()
+        self._start_interval()
         self._index += 1
         report = build_report(
             collected,
@@ -362,9 +373,11 @@ class Reporter:
             end_time=self._start_wall,
             throughput=rates,
             memory=memory,
+            self_cost=cost,
         )
         report = self._across_ranks(report)
         self._emit(report)
+        self._last_flush_ns = _state.now() - began
         return report
 
     def _across_ranks(self, report: Report) -> Report:
@@ -521,54 +534,49 @@ def build_report(
     end_time: float = 0.0,
     throughput: Throughput | None = None,
     memory: Mapping[str, int] | None = None,
+    self_cost: SelfCost | None = None,
 ) -> Report:
     """Turn one interval's collected accumulators (in tree order, as
     :func:`registry.collect` gives them) into a normalized :class:`Report`."""
-    kept = [item for item in collected if level is None or not _above_level(item.node, level)]
-
-    def frozen(acc: Accumulator, adjust_ns: int) -> Stats:
-        return acc.to_stats(adjust_ns)
-
-    def scale(stats: Stats) -> Stats:
-        if normalizer == "steps":
-            if not steps:
-                return stats
-            per_step = 1.0 / steps
-            return Stats(stats.count, stats.total * per_step, *_per_call(stats))
-        return stats if normalizer == 1.0 else stats.scaled(1.0 / float(normalizer))
-
-    host: dict[str, Stats] = {}
-    device: dict[str, Stats | None] = {}
-    for item in kept:
-        host[item.node.path] = scale(frozen(item.host, item.adjust_ns))
-        device[item.node.path] = (
-            None if item.device is None else scale(frozen(item.device, item.adjust_ns))
-        )
-
-    child_total: dict[str, float] = {}
+    kept = (
+        collected
+        if level is None
+        else [item for item in collected if not _above_level(item.node, level)]
+    )
+    scale = _scaler(normalizer, steps)
+    concurrent = registry.concurrent
+    host: dict[PathNode, Stats] = {}
+    primary: dict[PathNode, Stats] = {}
     for item in kept:
         node = item.node
-        if node in registry.concurrent:
-            continue
-        if node.parent is not None and node.parent.path in host:
-            primary = device[node.path] or host[node.path]
-            child_total[node.parent.path] = child_total.get(node.parent.path, 0.0) + primary.total
+        stats = stats_of(item.host, item.adjust_ns)
+        host[node] = stats = stats if scale is _same else scale(stats)
+        if item.device is not None:
+            stats = scale(item.device.to_stats(item.adjust_ns))
+        primary[node] = stats
+
+    child_total: dict[PathNode, float] = {}
+    for node, stats in primary.items():
+        parent = node.parent
+        if parent in primary and node not in concurrent:
+            child_total[parent] = child_total.get(parent, 0.0) + stats.total
 
     nodes = []
     for item in kept:
-        path = item.node.path
-        primary = device[path] or host[path]
+        node = item.node
+        stats = primary[node]
+        measured = stats is not host[node]
         nodes.append(
-            Node(
-                path=path,
-                host=host[path],
-                device=device[path],
-                self_time=max(primary.total - child_total.get(path, 0.0), 0.0),
-                clock="cuda" if device[path] is not None else item.node.mode,
-                level=item.node.level,
-                bytes=item.bytes,
-                concurrent=item.node in registry.concurrent,
-                open=item.open,
+            Node.of(
+                node.path,
+                host[node],
+                stats if measured else None,
+                max(stats.total - child_total.get(node, 0.0), 0.0),
+                "cuda" if measured else node.mode,
+                node.level,
+                item.bytes,
+                node in concurrent,
+                item.open,
             )
         )
 
@@ -591,8 +599,22 @@ def build_report(
         world_size=world,
         throughput=throughput,
         memory=dict(memory or {}),
+        self_cost=self_cost,
     )
 
 
-def _per_call(stats: Stats) -> tuple[float, ...]:
-    return (stats.mean, stats.min, stats.max, stats.std, stats.p50, stats.p90, stats.p99)
+def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:
+    """What the normalizer does to one path's statistics."""
+    if normalizer == "steps":
+        if not steps:
+            return _same
+        per_step = 1.0 / steps
+        return lambda stats: stats.with_total(stats.total * per_step)
+    if normalizer == 1.0:
+        return _same
+    factor = 1.0 / float(normalizer)
+    return lambda stats: stats.scaled(factor)
+
+
+def _same(stats: Stats) -> Stats:
+    return stats

@@ -52,6 +52,7 @@ def bucket_bounds(bucket: int) -> tuple[float, float]:
 
 
 QUANTILES = (0.5, 0.9, 0.99)
+_MIDDLE = [sum(bucket_bounds(b)) / 2 for b in range(NBUCKETS)]  # what a bucket stands for
 
 
 class Accumulator:
@@ -89,40 +90,30 @@ class Accumulator:
         self.sumsq += sum(map(operator.mul, values, values))
         self.hist.update(bucket_counts(values))
 
-    @classmethod
-    def from_parts(
-        cls, count: int, total: int, sumsq: int, lo: int, hi: int, hist: Mapping[int, int]
-    ) -> Accumulator:
-        """Build from raw sums (what a C path node's ``take()`` returns)."""
-        acc = cls()
-        acc.count, acc.total, acc.sumsq, acc.min, acc.max = count, total, sumsq, lo, hi
-        acc.hist.update(hist)
-        return acc
-
-    def parts(self) -> tuple[int, int, int, int, int, dict[int, int]]:
-        """The raw sums: ``(count, total, sumsq, min, max, hist)``."""
-        return self.count, self.total, self.sumsq, self.min, self.max, dict(self.hist)
-
-    def merge(self, other: Accumulator) -> None:
-        """Add ``other`` into this accumulator (threads, ranks, late records)."""
-        if not other.count:
-            return
-        if self.count:
-            self.min = min(self.min, other.min)
-            self.max = max(self.max, other.max)
-        else:
-            self.min, self.max = other.min, other.max
-        self.count += other.count
-        self.total += other.total
-        self.sumsq += other.sumsq
-        self.hist.update(other.hist)
-
-    def quantile(self, q: float) -> float:
-        """The ``q`` quantile in ns, estimated from the histogram and clamped to [min, max]."""
-        return self.quantiles((q,))[0]
+    def summary(self) -> Summary | None:
+        """``(count, total ns, mean, min, max, std, p50, p90, p99)`` (seconds but the exact
+        integer total; see :func:`stats_of`), ``None`` without calls. The C path node's
+        ``take()`` returns the very same numbers."""
+        n = self.count
+        if not n:
+            return None
+        variance = (n * self.sumsq - self.total * self.total) / (n * n)  # exact integers
+        p50, p90, p99 = self.quantiles(QUANTILES)
+        return (
+            n,
+            self.total,
+            self.total / n / 1e9,
+            self.min / 1e9,
+            self.max / 1e9,
+            math.sqrt(max(variance, 0.0)) / 1e9,
+            p50 / 1e9,
+            p90 / 1e9,
+            p99 / 1e9,
+        )
 
     def quantiles(self, qs: Sequence[float]) -> list[float]:
-        """Several quantiles (ascending ``qs``) in one pass over the histogram."""
+        """Several quantiles in ns (ascending ``qs``) in one pass over the histogram: the
+        middle of the bucket the quantile falls in, clamped to [min, max]."""
         if not self.count:
             return [0.0] * len(qs)
         out: list[float] = []
@@ -140,31 +131,76 @@ class Accumulator:
             if seen < rank:
                 out.append(float(self.max))
                 continue
-            lower, upper = bucket_bounds(bucket)
-            out.append(float(min(max((lower + upper) / 2, self.min), self.max)))
+            out.append(float(min(max(_MIDDLE[bucket], self.min), self.max)))
         return out
 
     def to_stats(self, extra_ns: int = 0) -> Stats:
         """Freeze into a :class:`Stats` in seconds; ``extra_ns`` is added to the total only
-        (the open-region split of an interval: time that belongs to no finished call here, or
-        minus time reported earlier). The total never goes below 0."""
-        n = self.count
-        if not n:
-            empty = Stats.empty()
-            return empty if extra_ns <= 0 else dataclasses.replace(empty, total=extra_ns / 1e9)
-        variance = (n * self.sumsq - self.total * self.total) / (n * n)  # exact integers
-        p50, p90, p99 = (v / 1e9 for v in self.quantiles(QUANTILES))
-        return Stats(
-            count=n,
-            total=max(self.total + extra_ns, 0) / 1e9,
-            mean=self.total / n / 1e9,
-            min=self.min / 1e9,
-            max=self.max / 1e9,
-            std=math.sqrt(max(variance, 0.0)) / 1e9,
-            p50=p50,
-            p90=p90,
-            p99=p99,
-        )
+        (see :func:`stats_of`)."""
+        return stats_of(self.summary(), extra_ns)
+
+
+#: What a path recorded in an interval, ready for :func:`stats_of`: ``(count, total ns,
+#: mean, min, max, std, p50, p90, p99)``, the times but the total in seconds.
+Summary = tuple[int, int, float, float, float, float, float, float, float]
+
+
+def stats_of(summary: Summary | None, extra_ns: int = 0) -> Stats:
+    """A :class:`Stats` from a summary (``None``: no calls); ``extra_ns`` is added to the
+    total only (the open-region split of an interval: time that belongs to no finished call
+    here, or minus time reported earlier). The total never goes below 0."""
+    if summary is None:
+        return _EMPTY if extra_ns <= 0 else dataclasses.replace(_EMPTY, total=extra_ns / 1e9)
+    total_ns = summary[1] + extra_ns if extra_ns else summary[1]
+    stats = object.__new__(Stats)  # Stats(...) without its per-field __setattr__, as _new
+    object.__setattr__(
+        stats,
+        "__dict__",
+        {
+            "count": summary[0],
+            "total": (total_ns if total_ns > 0 else 0) / 1e9,
+            "mean": summary[2],
+            "min": summary[3],
+            "max": summary[4],
+            "std": summary[5],
+            "p50": summary[6],
+            "p90": summary[7],
+            "p99": summary[8],
+        },
+    )
+    return stats
+
+
+def _new(
+    count: int,
+    total: float,
+    mean: float,
+    min: float,
+    max: float,
+    std: float,
+    p50: float,
+    p90: float,
+    p99: float,
+) -> Stats:
+    """``Stats(...)`` without the frozen dataclass's per-field ``__setattr__`` (the flush
+    builds one or two per path)."""
+    stats = object.__new__(Stats)
+    object.__setattr__(
+        stats,
+        "__dict__",
+        {
+            "count": count,
+            "total": total,
+            "mean": mean,
+            "min": min,
+            "max": max,
+            "std": std,
+            "p50": p50,
+            "p90": p90,
+            "p99": p99,
+        },
+    )
+    return stats
 
 
 @dataclass(frozen=True)
@@ -185,11 +221,25 @@ class Stats:
     @classmethod
     def empty(cls) -> Stats:
         """Statistics of no calls."""
-        return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return _EMPTY
+
+    def with_total(self, total: float) -> Stats:
+        """The same statistics with another ``total`` (per-step normalization)."""
+        return _new(
+            self.count,
+            total,
+            self.mean,
+            self.min,
+            self.max,
+            self.std,
+            self.p50,
+            self.p90,
+            self.p99,
+        )
 
     def scaled(self, factor: float) -> Stats:
         """Every time multiplied by ``factor``; the count unchanged."""
-        return Stats(
+        return _new(
             self.count,
             self.total * factor,
             self.mean * factor,
@@ -219,3 +269,6 @@ class Stats:
             p90=float(data["p90"]),
             p99=float(data["p99"]),
         )
+
+
+_EMPTY = Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from instrument.report import Node, Report, Straggler
+from instrument import report as _model
+from instrument.report import Node, Report, SelfCost, Straggler
 
 UNICODE_LINES = ("├── ", "└── ", "│   ", "    ")
 ASCII_LINES = ("|-- ", "`-- ", "|   ", "    ")
@@ -52,31 +53,39 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
     kids = children_by_parent(report)
     has_device = any(node.device is not None for node in report.nodes)
     out: list[Row] = []
+    # (node, parent path, prefix of tree lines or None at the top without steps, last
+    # sibling, parent's total): a stack, not recursion, so any depth renders
+    Item = tuple[Node, str, str | None, bool, float | None]
 
-    def add(node: Node, parent: str, prefix: str, last: bool, parent_total: float | None) -> None:
-        branch = (elbow if last else tee) if prefix is not None else ""
-        suffix = " (async)" if node.concurrent and not node.path.endswith("(async)") else ""
-        suffix += " (open)" if node.open else ""
-        finished = node.count > 0  # an open region with no finished call has no per-call figures
-        out.append(
-            Row(
-                label=f"{prefix or ''}{branch}{_label_name(node, parent)}{suffix}",
-                total=node.total,
-                percent=_percent(node.total, parent_total),
-                count=node.count,
-                mean=node.mean if finished else None,
-                max=node.max if finished else None,
-                host=node.host.total if has_device else None,
-                bytes=node.bytes or None,
-                rank_min=node.rank_min,
-                rank_max=node.rank_max,
-                slowest=node.slowest_rank,
+    def add(items: list[Item]) -> None:
+        stack = items[::-1]
+        while stack:
+            node, parent, prefix, last, parent_total = stack.pop()
+            branch = (elbow if last else tee) if prefix is not None else ""
+            suffix = " (async)" if node.concurrent and not node.path.endswith("(async)") else ""
+            suffix += " (open)" if node.open else ""
+            finished = node.count > 0  # an open region with no finished call: no per-call
+            out.append(
+                Row(
+                    label=f"{prefix or ''}{branch}{_label_name(node, parent)}{suffix}",
+                    total=node.total,
+                    percent=_percent(node.total, parent_total),
+                    count=node.count,
+                    mean=node.mean if finished else None,
+                    max=node.max if finished else None,
+                    host=node.host.total if has_device else None,
+                    bytes=node.bytes or None,
+                    rank_min=node.rank_min,
+                    rank_max=node.rank_max,
+                    slowest=node.slowest_rank,
+                )
             )
-        )
-        below = kids.get(node.path, [])
-        child_prefix = (prefix or "") + ((blank if last else pipe) if prefix is not None else "")
-        for i, child in enumerate(below):
-            add(child, node.path, child_prefix, i == len(below) - 1, node.total)
+            below = kids.get(node.path, [])
+            lines = (blank if last else pipe) if prefix is not None else ""
+            child_prefix = (prefix or "") + lines
+            n = len(below)
+            for i in range(n - 1, -1, -1):
+                stack.append((below[i], node.path, child_prefix, i == n - 1, node.total))
 
     top = kids.get("", [])
     if report.step_time is not None:
@@ -93,14 +102,17 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
             )
         )
         other = report.other or 0.0
-        for i, node in enumerate(top):
-            add(node, "", "", i == len(top) - 1 and other <= 0.0, step.total)
+        add(
+            [
+                (node, "", "", i == len(top) - 1 and other <= 0.0, step.total)
+                for i, node in enumerate(top)
+            ]
+        )
         if other > 0.0:
             out.append(Row(f"{elbow}(other)", other, _percent(other, step.total), None, None, None))
     else:
         covered = sum(node.total for node in top if not node.concurrent)
-        for node in top:
-            add(node, "", None, True, covered)  # type: ignore[arg-type]
+        add([(node, "", None, True, covered) for node in top])
     return out
 
 
@@ -183,9 +195,18 @@ def _rate(value: float | None, unit: str) -> str | None:
     return f"{value:.3g} {unit}"
 
 
+def self_cost_line(cost: SelfCost) -> str:
+    """``instrument: 0.31 % of the interval (1200 regions x 210 ns + last flush 0.42 ms)``."""
+    return (
+        f"instrument: {100 * cost.share:.2g} % of the interval ({cost.regions} regions x "
+        f"{cost.region_ns:.0f} ns + last flush {cost.flush_seconds * 1e3:.2f} ms)"
+    )
+
+
 def header_lines(report: Report) -> list[str]:
-    """Throughput and memory, one line each, for above the tree (none when absent)."""
-    lines = []
+    """What instrument cost, throughput and memory, one line each, for above the tree (none
+    when absent)."""
+    lines = [] if report.self_cost is None else [self_cost_line(report.self_cost)]
     rates = report.throughput
     if rates is not None and rates.steps:
         parts: list[str | None] = [
@@ -270,3 +291,6 @@ def _title(report: Report) -> str:
     if span > 0:
         parts.append(f"{span:.2f} s wall")
     return " · ".join(parts)
+
+
+_model.text_renderer = render_text

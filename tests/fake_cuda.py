@@ -30,6 +30,11 @@ class FakeEvent:
         self.synchronized += 1
         self._device.event_waits += 1
 
+    def query(self) -> bool:
+        """Whether the device has reached the event (``FakeCuda.completed`` says)."""
+        self._device.queries += 1
+        return self._device.completed
+
     def elapsed_time(self, end: FakeEvent) -> float:
         if self.recorded_at is None or end.recorded_at is None:
             raise RuntimeError("elapsed_time of an event that was never recorded")
@@ -47,6 +52,8 @@ class FakeCuda:
         self.records = 0
         self.event_waits = 0
         self.device_syncs = 0
+        self.queries = 0
+        self.completed = True  # what FakeEvent.query() answers
 
     def is_available(self) -> bool:
         return True

@@ -22,7 +22,8 @@ Fragments are still compiled, so their syntax is checked. A file that says
 ``<!-- docs-test: every Python block is a complete script -->`` gets each of its Python
 blocks run on its own (a forked interpreter: fresh namespace, registry and loggers), and
 one that says ``<!-- docs-test: numbers are exact -->`` has its numbers compared as they
-are (except memory lines, the ``s wall`` of report titles and object addresses), and one
+are (except memory lines, the self-cost line, the ``s wall`` of report titles and object
+addresses), and one
 that says ``<!-- docs-test: lines in any order -->`` (trees of real timings, whose siblings
 sort by time) has its output lines compared as a multiset.
 ``INSTRUMENT_DOCS_UPDATE=1 python -m pytest tests/test_docs.py`` rewrites every shown
@@ -263,17 +264,19 @@ _NUMBER = re.compile(r"0x[0-9a-fA-F]+|[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?[kMGT
 _WALL = re.compile(r"\d+(?:\.\d+)? s wall")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _SIZE = re.compile(r"\bN ?(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
+_SELF_COST = re.compile(r"instrument: \S+ % of the interval")  # a cost measured here
 
 
 def normalise(text: str, exact: bool = False) -> list[str]:
     """Lines with every number as ``N``, byte sizes as ``N B`` and spaces collapsed.
 
     ``exact``: numbers are kept, except what no fake clock makes exact: memory lines, the
+    line of what instrument cost (a region's cost is measured on this machine), the
     ``· X.XX s wall`` of a report title and object addresses.
     """
     lines = []
     for line in text.strip("\n").split("\n"):
-        if not exact or line.startswith("memory:"):
+        if not exact or line.startswith("memory:") or _SELF_COST.match(line):
             line = _SIZE.sub("N B", _NUMBER.sub("N", line))
         else:
             line = _ADDRESS.sub("0xN", _WALL.sub("N s wall", line))

@@ -19,6 +19,9 @@ Tags, with ``<path>`` the region's path (``step/forward``):
   ``tflops``, ``mfu`` (those that are known).
 - ``memory/<key>_gib`` for the byte counts of ``report.memory`` (GiB = 2**30 bytes), and
   ``memory/device_alloc_retries`` / ``memory/device_ooms`` as plain counts.
+- ``instrument/share`` (what the timing itself cost, as a fraction of the interval),
+  ``instrument/regions``, ``instrument/region_ns`` and ``instrument/flush_ms`` (the previous
+  flush's own time): ``report.self_cost``, when the report has one.
 - ``across/<tag>/rank_min``, ``rank_max``, ``rank_mean``, ``rank_argmin``, ``rank_argmax``
   for each value of ``report.across``, ``<tag>`` being its own tag above
   (``across/throughput/tokens_per_sec/rank_min``, ``across/memory/host_rss_gib/rank_max``).
@@ -66,14 +69,20 @@ class _PathTags:
         tag = self._by_path.get(path)
         if tag is not None:
             return tag
-        parent, _, name = path.rpartition("/")
-        base = (self(parent) + "/" if parent else "") + tag_segment(name)
-        tag, suffix = base, 2
-        while tag in self._taken:
-            tag, suffix = f"{base}_{suffix}", suffix + 1
-        self._taken.add(tag)
-        self._by_path[path] = tag
-        return tag
+        untagged = [path]  # the path and its ancestors without a tag yet, deepest first
+        parent = path.rpartition("/")[0]
+        while parent and parent not in self._by_path:
+            untagged.append(parent)
+            parent = parent.rpartition("/")[0]
+        for current in reversed(untagged):
+            parent, _, name = current.rpartition("/")
+            base = (self._by_path[parent] + "/" if parent else "") + tag_segment(name)
+            tag, suffix = base, 2
+            while tag in self._taken:
+                tag, suffix = f"{base}_{suffix}", suffix + 1
+            self._taken.add(tag)
+            self._by_path[current] = tag
+        return self._by_path[path]
 
 
 def _times(out: dict[str, float], prefix: str, stats: Stats) -> None:
@@ -149,6 +158,12 @@ def scalars(report: Report) -> dict[str, float]:
     for key, value in report.memory.items():
         tag, factor = _memory_tag(key)
         out[tag] = value * factor
+    cost = report.self_cost
+    if cost is not None:
+        out["instrument/share"] = cost.share
+        out["instrument/regions"] = float(cost.regions)
+        out["instrument/region_ns"] = cost.region_ns
+        out["instrument/flush_ms"] = cost.flush_seconds * MS
     for key, ranks in report.across.items():
         tag, factor = _across_tag(key)
         _across(out, f"across/{tag}", ranks, factor)

@@ -69,17 +69,15 @@ def _disabled() -> None:
     instrument.disable()
 
 
-#: Path trees taken off the registry by :func:`_forget_paths`, kept alive: instrument never
-#: frees a path node in normal use, and this benchmark is not the place to start.
-_parked: list[object] = []
-
-
 def _forget_paths() -> None:
-    """Take the known paths off the tree (``reset()`` keeps them, and a flush walks them
-    all), so a flush benchmark sees only the paths it recorded."""
+    """Let the known paths go as a long run would (``reset()`` keeps them, and a flush
+    walks them all): idle for ``registry.idle_flushes`` flushes, they are released, so a
+    flush benchmark sees only the paths it recorded."""
     instrument.testing.reset()
-    _parked.append(dict(registry.ROOT.children))
-    registry.ROOT.children.clear()
+    reporter = instrument.Reporter(every=None, sinks=[], memory=False)
+    for _ in range(registry.idle_flushes):
+        reporter.flush()
+    reporter.close(flush=False)
 
 
 # -- hand-written baselines ----------------------------------------------------------------
