@@ -7,29 +7,29 @@ build the tree with self times → normalize → filter by level → one frozen
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import numbers
 import threading
-import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from instrument import _state, clocks, config, registry, throughput
+from instrument import _state, clocks, config, lifecycle, region, registry, throughput
+from instrument import peak_flops as peaks
+from instrument.distributed.across import CrossRank
+from instrument.distributed.barrier import barrier_with_timeout
+from instrument.interval import build_report
+from instrument.lifecycle import live_reporters as live_reporters
 from instrument.memory import MemorySampler
-from instrument.report import Node, Report
-from instrument.sinks.base import Sink, as_sink
-from instrument.sinks.files import rank_and_world
-from instrument.stats import Accumulator, Stats
+from instrument.region import check_level, warn_once
+from instrument.report import Report
+from instrument.sinks.adapt import as_sink
+from instrument.sinks.base import Sink
 from instrument.throughput import Throughput
-
-if TYPE_CHECKING:
-    from instrument.distributed.across import CrossRank
 
 logger = logging.getLogger("instrument")
 
@@ -37,18 +37,13 @@ RANKS = ("local", "max", "minmax", "all")
 INF = float("inf")
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
-_live: weakref.WeakSet[Reporter] = weakref.WeakSet()
-_live_lock = threading.Lock()
-
 
 def step(samples: int | None = None, tokens: int | None = None) -> None:
     """Mark the end of one training iteration on every live reporter.
 
     Counts are optional: the samples and tokens this step consumed, for throughput.
     """
-    with _live_lock:
-        reporters = tuple(_live)
-    for reporter in reporters:
+    for reporter in live_reporters():
         step_from_user(reporter, samples, tokens)
 
 
@@ -56,16 +51,8 @@ def count(samples: int | None = None, tokens: int | None = None) -> None:
     """Add samples and tokens to the current step of every live reporter, without ending it
     (for loops whose steps are ended elsewhere, e.g. by ``instrument.auto``'s optimizer
     hook). May be called several times per step (gradient accumulation)."""
-    with _live_lock:
-        reporters = tuple(_live)
-    for reporter in reporters:
+    for reporter in live_reporters():
         reporter.count(samples=samples, tokens=tokens)
-
-
-def live_reporters() -> tuple[Reporter, ...]:
-    """The reporters that ``instrument.step()`` ticks."""
-    with _live_lock:
-        return tuple(_live)
 
 
 def _check_every(every: object) -> int | None:
@@ -76,15 +63,6 @@ def _check_every(every: object) -> int | None:
             f"every must be a positive int (steps between flushes) or None, got {every!r}"
         )
     return every
-
-
-def _above_level(node: registry.PathNode | None, level: int) -> bool:
-    """True if ``node`` or one of its ancestors is more detailed than ``level``."""
-    while node is not None:
-        if node.level > level:
-            return True
-        node = node.parent
-    return False
 
 
 def _check_normalizer(normalizer: object) -> float | str:
@@ -237,8 +215,6 @@ class Reporter:
         self._memory = MemorySampler() if memory else None
         self.normalizer = _check_normalizer(normalizer)
         if level is not None:
-            from instrument.region import check_level
-
             check_level(level)
         self.level = level
         self.ranks = _check_ranks(ranks)
@@ -250,8 +226,7 @@ class Reporter:
         self._exiting = False  # set by the flush at interpreter exit
         self._reset_interval()
         config.refresh_auto_clock()
-        with _live_lock:
-            _live.add(self)
+        lifecycle.track(self)
 
     def _reset_interval(self) -> None:
         self._run_steps = 0  # steps of earlier intervals (for warm-up)
@@ -314,8 +289,6 @@ class Reporter:
         flops = self.flops_per_step if isinstance(self.flops_per_step, float) else None
         peak = self.peak_flops
         if peak is None and flops is not None and clocks.cuda_ready():
-            from instrument import peak_flops as peaks
-
             peak = peaks.device_peak_flops(self.peak_dtype)
         _warn_unmeasured(self, flops, peak, self._run_steps + len(step_ns))
         return throughput.compute(
@@ -335,12 +308,8 @@ class Reporter:
             and torch.distributed.is_available()
             and torch.distributed.is_initialized()
         ):
-            from instrument.distributed.barrier import barrier_with_timeout
-
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
-        from instrument import region
-
         collected = registry.collect(registry.open_calls(region._get()))
         steps, step_ns = self._steps, self._step_ns
         rates = self._throughput(step_ns)
@@ -373,8 +342,6 @@ class Reporter:
         if self.ranks == "local" or self._exiting:
             return report
         if self._cross is None:
-            from instrument.distributed.across import CrossRank
-
             self._cross = CrossRank(
                 self.ranks,
                 self.group,
@@ -405,8 +372,7 @@ class Reporter:
         if self._closed:
             return None
         self._closed = True
-        with _live_lock:
-            _live.discard(self)
+        lifecycle.forget(self)
         report = None
         if flush and (self._steps or any(node.has_records() for node in registry.walk())):
             report = self.flush()
@@ -426,8 +392,7 @@ class Reporter:
     def _detach(self) -> None:
         """Stop receiving steps without flushing or closing sinks (``testing.reset``)."""
         self._closed = True
-        with _live_lock:
-            _live.discard(self)
+        lifecycle.forget(self)
 
     @property
     def closed(self) -> bool:
@@ -452,24 +417,10 @@ class Reporter:
         )
 
 
-def _flush_at_exit() -> None:
-    """Nothing is lost at normal interpreter exit: every live reporter flushes once more."""
-    for reporter in live_reporters():
-        try:
-            reporter._close_at_exit()
-        except Exception:
-            logger.exception("instrument: the flush at exit of %r failed", reporter)
-
-
-atexit.register(_flush_at_exit)
-
-
 def _warn_unmeasured(
     reporter: Reporter, flops: float | None, peak: float | None, steps: int
 ) -> None:
     """Say once why a report has no TFLOP/s or no MFU, and how to get them."""
-    from instrument.region import warn_once
-
     if reporter.flops_per_step == "auto" and steps > 2:
         warn_once(
             "reporter:flops-unmeasured",
@@ -496,8 +447,6 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
     if not reporter.ticked_by_optimizer:
         reporter.step(samples=samples, tokens=tokens)
         return
-    from instrument.region import warn_once
-
     warn_once(
         "reporter:double-step",
         "instrument.step() while instrument.auto ends each step at the optimizer step: the "
@@ -506,93 +455,3 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
         stacklevel=4,
     )
     reporter.count(samples=samples, tokens=tokens)
-
-
-def build_report(
-    collected: list[registry.Collected],
-    *,
-    steps: int,
-    step_ns: list[int],
-    normalizer: float | str,
-    level: int | None,
-    index: int = 0,
-    step: int = 0,
-    start_time: float = 0.0,
-    end_time: float = 0.0,
-    throughput: Throughput | None = None,
-    memory: Mapping[str, int] | None = None,
-) -> Report:
-    """Turn one interval's collected accumulators (in tree order, as
-    :func:`registry.collect` gives them) into a normalized :class:`Report`."""
-    kept = [item for item in collected if level is None or not _above_level(item.node, level)]
-
-    def frozen(acc: Accumulator, adjust_ns: int) -> Stats:
-        return acc.to_stats(adjust_ns)
-
-    def scale(stats: Stats) -> Stats:
-        if normalizer == "steps":
-            if not steps:
-                return stats
-            per_step = 1.0 / steps
-            return Stats(stats.count, stats.total * per_step, *_per_call(stats))
-        return stats if normalizer == 1.0 else stats.scaled(1.0 / float(normalizer))
-
-    host: dict[str, Stats] = {}
-    device: dict[str, Stats | None] = {}
-    for item in kept:
-        host[item.node.path] = scale(frozen(item.host, item.adjust_ns))
-        device[item.node.path] = (
-            None if item.device is None else scale(frozen(item.device, item.adjust_ns))
-        )
-
-    child_total: dict[str, float] = {}
-    for item in kept:
-        node = item.node
-        if node in registry.concurrent:
-            continue
-        if node.parent is not None and node.parent.path in host:
-            primary = device[node.path] or host[node.path]
-            child_total[node.parent.path] = child_total.get(node.parent.path, 0.0) + primary.total
-
-    nodes = []
-    for item in kept:
-        path = item.node.path
-        primary = device[path] or host[path]
-        nodes.append(
-            Node(
-                path=path,
-                host=host[path],
-                device=device[path],
-                self_time=max(primary.total - child_total.get(path, 0.0), 0.0),
-                clock="cuda" if device[path] is not None else item.node.mode,
-                level=item.node.level,
-                bytes=item.bytes,
-                concurrent=item.node in registry.concurrent,
-                open=item.open,
-            )
-        )
-
-    step_time = None
-    if steps:
-        acc = Accumulator()
-        acc.add_batch(step_ns)
-        step_time = scale(acc.to_stats())
-    rank, world = rank_and_world()
-    return Report(
-        nodes=tuple(nodes),
-        steps=steps,
-        step_time=step_time,
-        normalizer=normalizer,
-        index=index,
-        step=step,
-        start_time=start_time,
-        end_time=end_time,
-        rank=rank,
-        world_size=world,
-        throughput=throughput,
-        memory=dict(memory or {}),
-    )
-
-
-def _per_call(stats: Stats) -> tuple[float, ...]:
-    return (stats.mean, stats.min, stats.max, stats.std, stats.p50, stats.p90, stats.p99)
