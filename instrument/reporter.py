@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import numbers
-import threading
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from types import TracebackType
@@ -220,7 +219,7 @@ class Reporter:
         self.ranks = _check_ranks(ranks)
         self._sinks: tuple[Sink, ...] = tuple(as_sink(s) for s in (sinks or ()))
         self._failed: set[int] = set()
-        self._lock = threading.Lock()
+        self._lock = lifecycle.ForkSafeLock()
         self._index = 0
         self._closed = False
         self._exiting = False  # set by the flush at interpreter exit
@@ -302,6 +301,7 @@ class Reporter:
 
     def flush(self) -> Report:
         """Snapshot and reset the registry, build the report, hand it to every sink."""
+        lifecycle.install_signal_handlers()  # again, in case the default was put back
         if (
             self.barrier
             and not self._exiting

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-import threading
+import weakref
 from pathlib import Path
 from typing import Any, TextIO
 
+from instrument.lifecycle import ForkSafeLock, inherited
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 from instrument.sinks.files import rank_path
+
+logger = logging.getLogger("instrument")
 
 
 def encode(report: Report) -> str:
@@ -76,7 +80,9 @@ class JSONL(Sink):
         self.ranks = check_rank_filter(ranks)
         self.written: Path | None = None  # the file the last report went to
         self._file: TextIO | None = None
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
+        self._told_gone = False  # the removed-file warning was logged
+        _sinks.add(self)
 
     def write(self, report: Report) -> None:
         line = encode(report) + "\n"
@@ -87,6 +93,21 @@ class JSONL(Sink):
                 file = self._open(target)
             file.write(line)
             file.flush()
+            if not _same_file(file, target):  # removed (or its directory) or moved away
+                self._tell_gone(target)
+                file = self._open(target)
+                file.write(line)
+                file.flush()
+
+    def _tell_gone(self, target: Path) -> None:
+        if not self._told_gone:
+            self._told_gone = True
+            logger.warning(
+                "instrument: JSONL file %s was removed or moved while the run wrote to it "
+                "(its directory deleted?); created it again and went on writing there "
+                "(reported once per sink)",
+                target,
+            )
 
     def _open(self, target: Path) -> TextIO:
         if self._file is not None:
@@ -110,3 +131,26 @@ class JSONL(Sink):
 
     def __repr__(self) -> str:
         return f"JSONL({self.path!r})"
+
+
+def _same_file(file: TextIO, target: Path) -> bool:
+    """Whether ``target`` still names the open ``file`` (not removed, renamed or replaced)."""
+    try:
+        return os.path.samestat(os.fstat(file.fileno()), os.stat(target))
+    except OSError:
+        return False
+
+
+_sinks: weakref.WeakSet[JSONL] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child opens the file again on its next report: the inherited file object
+    may be locked by a thread of the parent that was writing when it forked."""
+    for sink in tuple(_sinks):
+        if sink._file is not None:
+            inherited.append(sink._file)
+            sink._file = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

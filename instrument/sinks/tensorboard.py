@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numbers
 import os
-import threading
 from typing import Any
 
+from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
@@ -94,7 +94,7 @@ class TensorBoard(Sink):
             extras.require("tensorboard", INSTALL_HINT)
         self._given: Any = writer
         self._created: Any = None
-        self._lock: threading.Lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     @property
     def writer(self) -> Any:

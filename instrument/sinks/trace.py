@@ -14,6 +14,7 @@ from typing import IO, Any
 import torch
 
 from instrument import clocks, observe
+from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 from instrument.sinks.files import rank_and_world, rank_path
@@ -21,7 +22,7 @@ from instrument.sinks.files import rank_and_world, rank_path
 #: Synthetic thread ids of the device tracks: ``DEVICE_TID + 1000 * device + n``.
 DEVICE_TID = 1 << 30
 
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 _sinks: tuple[ChromeTrace, ...] = ()  # the open trace sinks, fed by _drain()
 _drained = 0  # events taken out of observe.trace since tracing started
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
+from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
@@ -96,7 +96,7 @@ class WandB(Sink):
         self._run = run
         self._owned = False  # True while self._run is a run this sink started
         self._told_behind = False
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def write(self, report: Report) -> None:
         prefix = self.prefix
