@@ -62,7 +62,10 @@ class JSONL(Sink):
     (``run.jsonl`` → ``run.rank1.jsonl``), so ranks never share a file.
 
     :meth:`close` closes the file; a report written after it opens the file again and
-    appends, so one sink may outlive a reporter or be shared by two.
+    appends, so one sink may outlive a reporter or be shared by two. A file removed or
+    moved while the run writes it (its directory deleted, log rotation) is created again at
+    the next report, with a warning the first time (logger ``"instrument"``); a forked
+    child opens the file again too.
 
     Example:
         >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.JSONL("run.jsonl")])
@@ -89,15 +92,13 @@ class JSONL(Sink):
         target = rank_path(self.path, report.rank, report.world_size)
         with self._lock:
             file = self._file
+            if file is not None and self.written == target and not _same_file(file, target):
+                self._tell_gone(target)  # removed (or its directory), or moved away
+                file = None
             if file is None or self.written != target:
                 file = self._open(target)
             file.write(line)
             file.flush()
-            if not _same_file(file, target):  # removed (or its directory) or moved away
-                self._tell_gone(target)
-                file = self._open(target)
-                file.write(line)
-                file.flush()
 
     def _tell_gone(self, target: Path) -> None:
         if not self._told_gone:
