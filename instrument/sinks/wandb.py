@@ -87,8 +87,10 @@ class WandB(Sink):
         if commit is not None and not isinstance(commit, bool):
             raise TypeError(f"WandB commit must be True, False or None, got {commit!r}")
         self.ranks = check_rank_filter(ranks)
-        if run is None:
+        self._wandb: Any = None
+        if run is None:  # imported now, never in a flush (a fork during an import hangs)
             extras.require("wandb", INSTALL_HINT)
+            self._wandb = extras.load("wandb", "wandb", INSTALL_HINT)
         self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
         self.step = step
         self.commit = commit
@@ -118,7 +120,7 @@ class WandB(Sink):
     def _current_run(self) -> Any:
         if self._run is not None:
             return self._run
-        wandb = extras.load("wandb", "wandb", INSTALL_HINT)
+        wandb = self._wandb
         if wandb.run is not None:
             return wandb.run
         if not self.init_kwargs:
