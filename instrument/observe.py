@@ -2,7 +2,7 @@
 ``torch.profiler`` ranges.
 
 All three are off by default and then cost nothing: a region is swapped to an *observed*
-class (see :func:`instrument.region.apply`) only while
+class (see :func:`instrument.regions.region.apply`) only while
 
 - a :class:`~instrument.sinks.ChromeTrace` sink is open (every region appends one event to
   a bounded ring, :data:`trace`),
@@ -82,7 +82,7 @@ def watches(region: Any) -> bool:
 
 
 def _reapply() -> None:
-    from instrument import region
+    from instrument.regions import region
 
     region.apply_all()
 
@@ -165,7 +165,7 @@ def _reapply_safely() -> None:
     """:func:`_reapply` now, or — when the region lock is held, possibly by this very
     thread (a finalizer run by a collection inside a locked section) — in a helper thread
     that waits for it, never a deadlock."""
-    from instrument import region
+    from instrument.regions import region
 
     if not region._lock.locked():
         _reapply()

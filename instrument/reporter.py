@@ -17,14 +17,16 @@ from typing import Any
 
 import torch
 
-from instrument import _state, clocks, config, lifecycle, region, registry, throughput
+from instrument import _state, clocks, config, lifecycle, registry, throughput
 from instrument import peak_flops as peaks
 from instrument.distributed.across import CrossRank
 from instrument.distributed.barrier import barrier_with_timeout
 from instrument.interval import build_report
 from instrument.lifecycle import live_reporters as live_reporters
 from instrument.memory import MemorySampler
-from instrument.region import check_level, warn_once
+from instrument.regions import frames
+from instrument.regions.region import check_level
+from instrument.regions.warn import warn_once
 from instrument.report import Report
 from instrument.sinks.adapt import as_sink
 from instrument.sinks.base import Sink
@@ -310,7 +312,7 @@ class Reporter:
         ):
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
-        collected = registry.collect(registry.open_calls(region._get()))
+        collected = registry.collect(registry.open_calls(frames._get()))
         steps, step_ns = self._steps, self._step_ns
         rates = self._throughput(step_ns)
         memory = self._memory.sample() if self._memory is not None else {}

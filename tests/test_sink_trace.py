@@ -16,8 +16,8 @@ from distributed_helpers import run_ranks
 
 import instrument
 from instrument import observe
-from instrument import region as region_module
-from instrument.region import CpuRegion, ObservedCpuRegion
+from instrument.regions import region as region_module
+from instrument.regions.region import CpuRegion, ObservedCpuRegion
 from instrument.sinks import ChromeTrace, trace
 from instrument.testing import FakeClock
 
