@@ -15,6 +15,38 @@ import pytest
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fork and POSIX signals")
 
+EXITS = """
+import os, signal, sys, time
+import instrument
+reporter = instrument.Reporter(every=1000, sinks=[instrument.sinks.Console()])
+for _ in range(3):
+    with instrument.timed("left_over"):
+        pass
+    instrument.step()
+how = sys.argv[1]
+if how == "sys.exit":
+    sys.exit(3)
+if how == "exception":
+    raise RuntimeError("boom")
+if how == "SIGINT":
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("how", "status"), [("normal", 0), ("sys.exit", 3), ("exception", 1), ("SIGINT", -2)]
+)
+def test_every_exit_delivers_the_last_interval(how: str, status: int) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS, how], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode in (status, 128 - status if status < 0 else status)
+    assert "left_over" in done.stdout
+    assert "3 steps" in done.stdout
+
+
 FORK_STRESS = """
 import os, sys, threading, time
 import instrument
