@@ -29,6 +29,11 @@ import sys
 
 import torch
 
+try:  # imported here, never inside a flush (a fork during a flush must not hold its lock)
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
+
 from instrument.clocks import cuda_ready
 
 logger = logging.getLogger("instrument")
@@ -79,9 +84,7 @@ def _proc_status() -> dict[str, int]:
 
 def _lifetime_peak_rss() -> int | None:
     """The process's lifetime peak RSS in bytes from ``getrusage``, or ``None`` (Windows)."""
-    try:
-        import resource
-    except ImportError:
+    if resource is None:
         return None
     try:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -34,7 +34,7 @@ TraceEvent = tuple[Any, int, int, int, Any]
 trace: collections.deque[TraceEvent] | None = None
 #: Events appended to the ring since tracing started (``- len(trace)`` were dropped).
 trace_recorded = 0
-_tracers: dict[int, int] = {}  # id(sink) -> capacity it asked for
+_tracers: dict[int, int] = {}  # a trace sink's key (its id) -> the capacity it asked for
 
 #: NVTX for every region (``configure(nvtx=True)``), and the regions that asked for it.
 nvtx_all = False
@@ -138,11 +138,11 @@ def _record_function(name: str) -> Any:
 # -- switches ------------------------------------------------------------------------------
 
 
-def start_trace(owner: object, capacity: int = TRACE_CAPACITY) -> None:
-    """Record trace events for ``owner`` (a trace sink) in a ring of ``capacity`` events
-    (the largest capacity asked for by the open sinks)."""
+def start_trace(key: int, capacity: int = TRACE_CAPACITY) -> None:
+    """Record trace events for the trace sink ``key`` (its ``id``) in a ring of
+    ``capacity`` events (the largest capacity asked for by the open sinks)."""
     global trace, trace_recorded
-    _tracers[id(owner)] = capacity
+    _tracers[key] = capacity
     size = max(_tracers.values())
     if trace is None:
         trace, trace_recorded = collections.deque(maxlen=size), 0
@@ -151,13 +151,29 @@ def start_trace(owner: object, capacity: int = TRACE_CAPACITY) -> None:
         trace = collections.deque(trace, maxlen=size)
 
 
-def stop_trace(owner: object) -> None:
-    """``owner`` no longer needs trace events; the last one to stop turns tracing off."""
+def stop_trace(key: int) -> None:
+    """The trace sink ``key`` no longer needs trace events (closed, or collected unclosed:
+    this may run as a finalizer, anywhere); the last one to stop turns tracing off."""
     global trace
-    _tracers.pop(id(owner), None)
+    _tracers.pop(key, None)
     if not _tracers and trace is not None:
-        trace = None
+        trace = None  # regions stop appending at once; their class follows
+        _reapply_safely()
+
+
+def _reapply_safely() -> None:
+    """:func:`_reapply` now, or — when the region lock is held, possibly by this very
+    thread (a finalizer run by a collection inside a locked section) — in a helper thread
+    that waits for it, never a deadlock."""
+    from instrument.regions import region
+
+    if not region._lock.locked():
         _reapply()
+        return
+    try:
+        threading.Thread(target=_reapply, name="instrument-untrace", daemon=True).start()
+    except RuntimeError:  # the interpreter is shutting down: nothing will run regions
+        pass
 
 
 def trace_dropped() -> int:

@@ -7,31 +7,30 @@ build the tree with self times → normalize → filter by level → one frozen
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import numbers
-import threading
-import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from instrument import _state, clocks, config, registry, selfcost, throughput
+from instrument import _state, clocks, config, lifecycle, registry, selfcost, throughput
+from instrument import peak_flops as peaks
+from instrument.distributed.across import CrossRank
+from instrument.distributed.barrier import barrier_with_timeout
+from instrument.interval import build_report
+from instrument.lifecycle import live_reporters as live_reporters
 from instrument.memory import MemorySampler
 from instrument.regions import frames
-from instrument.registry import PathNode
-from instrument.report import Node, Report, SelfCost
-from instrument.sinks.base import Sink, as_sink
-from instrument.sinks.files import rank_and_world
-from instrument.stats import Accumulator, Stats, stats_of
+from instrument.regions.region import check_level
+from instrument.regions.warn import warn_once
+from instrument.report import Report, SelfCost
+from instrument.sinks.adapt import as_sink
+from instrument.sinks.base import Sink
 from instrument.throughput import Throughput
-
-if TYPE_CHECKING:
-    from instrument.distributed.across import CrossRank
 
 logger = logging.getLogger("instrument")
 
@@ -39,18 +38,13 @@ RANKS = ("local", "max", "minmax", "all")
 INF = float("inf")
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
-_live: weakref.WeakSet[Reporter] = weakref.WeakSet()
-_live_lock = threading.Lock()
-
 
 def step(samples: int | None = None, tokens: int | None = None) -> None:
     """Mark the end of one training iteration on every live reporter.
 
     Counts are optional: the samples and tokens this step consumed, for throughput.
     """
-    with _live_lock:
-        reporters = tuple(_live)
-    for reporter in reporters:
+    for reporter in live_reporters():
         step_from_user(reporter, samples, tokens)
 
 
@@ -58,16 +52,8 @@ def count(samples: int | None = None, tokens: int | None = None) -> None:
     """Add samples and tokens to the current step of every live reporter, without ending it
     (for loops whose steps are ended elsewhere, e.g. by ``instrument.auto``'s optimizer
     hook). May be called several times per step (gradient accumulation)."""
-    with _live_lock:
-        reporters = tuple(_live)
-    for reporter in reporters:
+    for reporter in live_reporters():
         reporter.count(samples=samples, tokens=tokens)
-
-
-def live_reporters() -> tuple[Reporter, ...]:
-    """The reporters that ``instrument.step()`` ticks."""
-    with _live_lock:
-        return tuple(_live)
 
 
 def _check_every(every: object) -> int | None:
@@ -78,15 +64,6 @@ def _check_every(every: object) -> int | None:
             f"every must be a positive int (steps between flushes) or None, got {every!r}"
         )
     return every
-
-
-def _above_level(node: registry.PathNode | None, level: int) -> bool:
-    """True if ``node`` or one of its ancestors is more detailed than ``level``."""
-    while node is not None:
-        if node.level > level:
-            return True
-        node = node.parent
-    return False
 
 
 def _check_normalizer(normalizer: object) -> float | str:
@@ -239,14 +216,12 @@ class Reporter:
         self._memory = MemorySampler() if memory else None
         self.normalizer = _check_normalizer(normalizer)
         if level is not None:
-            from instrument.regions.region import check_level
-
             check_level(level)
         self.level = level
         self.ranks = _check_ranks(ranks)
         self._sinks: tuple[Sink, ...] = tuple(as_sink(s) for s in (sinks or ()))
         self._failed: set[int] = set()
-        self._lock = threading.Lock()
+        self._lock = lifecycle.ForkSafeLock()
         self._index = 0
         self._closed = False
         self._exiting = False  # set by the flush at interpreter exit
@@ -256,8 +231,7 @@ class Reporter:
         self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
         self._start_interval()
         config.refresh_auto_clock()
-        with _live_lock:
-            _live.add(self)
+        lifecycle.track(self)
 
     def _start_interval(self) -> None:
         """Begin a new interval: no steps, counts or step times yet (the open step's counts
@@ -320,8 +294,6 @@ class Reporter:
         flops = self.flops_per_step if isinstance(self.flops_per_step, float) else None
         peak = self.peak_flops
         if peak is None and flops is not None and clocks.cuda_ready():
-            from instrument import peak_flops as peaks
-
             peak = peaks.device_peak_flops(self.peak_dtype)
         _warn_unmeasured(self, flops, peak, self._run_steps + len(step_ns))
         return throughput.compute(
@@ -335,14 +307,13 @@ class Reporter:
 
     def flush(self) -> Report:
         """Snapshot and reset the registry, build the report, hand it to every sink."""
+        lifecycle.install_signal_handlers()  # again, in case the default was put back
         if (
             self.barrier
             and not self._exiting
             and torch.distributed.is_available()
             and torch.distributed.is_initialized()
         ):
-            from instrument.distributed.barrier import barrier_with_timeout
-
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
         region_ns = selfcost.region_ns()  # calibrated at the first flush, not counted in it
@@ -386,8 +357,6 @@ class Reporter:
         if self.ranks == "local" or self._exiting:
             return report
         if self._cross is None:
-            from instrument.distributed.across import CrossRank
-
             self._cross = CrossRank(
                 self.ranks,
                 self.group,
@@ -418,8 +387,7 @@ class Reporter:
         if self._closed:
             return None
         self._closed = True
-        with _live_lock:
-            _live.discard(self)
+        lifecycle.forget(self)
         report = None
         if flush and (self._steps or any(node.has_records() for node in registry.walk())):
             report = self.flush()
@@ -439,8 +407,7 @@ class Reporter:
     def _detach(self) -> None:
         """Stop receiving steps without flushing or closing sinks (``testing.reset``)."""
         self._closed = True
-        with _live_lock:
-            _live.discard(self)
+        lifecycle.forget(self)
 
     @property
     def closed(self) -> bool:
@@ -465,24 +432,10 @@ class Reporter:
         )
 
 
-def _flush_at_exit() -> None:
-    """Nothing is lost at normal interpreter exit: every live reporter flushes once more."""
-    for reporter in live_reporters():
-        try:
-            reporter._close_at_exit()
-        except Exception:
-            logger.exception("instrument: the flush at exit of %r failed", reporter)
-
-
-atexit.register(_flush_at_exit)
-
-
 def _warn_unmeasured(
     reporter: Reporter, flops: float | None, peak: float | None, steps: int
 ) -> None:
     """Say once why a report has no TFLOP/s or no MFU, and how to get them."""
-    from instrument.regions.warn import warn_once
-
     if reporter.flops_per_step == "auto" and steps > 2:
         warn_once(
             "reporter:flops-unmeasured",
@@ -509,8 +462,6 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
     if not reporter.ticked_by_optimizer:
         reporter.step(samples=samples, tokens=tokens)
         return
-    from instrument.regions.warn import warn_once
-
     warn_once(
         "reporter:double-step",
         "instrument.step() while instrument.auto ends each step at the optimizer step: the "
@@ -519,102 +470,3 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
         stacklevel=4,
     )
     reporter.count(samples=samples, tokens=tokens)
-
-
-def build_report(
-    collected: list[registry.Collected],
-    *,
-    steps: int,
-    step_ns: list[int],
-    normalizer: float | str,
-    level: int | None,
-    index: int = 0,
-    step: int = 0,
-    start_time: float = 0.0,
-    end_time: float = 0.0,
-    throughput: Throughput | None = None,
-    memory: Mapping[str, int] | None = None,
-    self_cost: SelfCost | None = None,
-) -> Report:
-    """Turn one interval's collected accumulators (in tree order, as
-    :func:`registry.collect` gives them) into a normalized :class:`Report`."""
-    kept = (
-        collected
-        if level is None
-        else [item for item in collected if not _above_level(item.node, level)]
-    )
-    scale = _scaler(normalizer, steps)
-    concurrent = registry.concurrent
-    host: dict[PathNode, Stats] = {}
-    primary: dict[PathNode, Stats] = {}
-    for item in kept:
-        node = item.node
-        stats = stats_of(item.host, item.adjust_ns)
-        host[node] = stats = stats if scale is _same else scale(stats)
-        if item.device is not None:
-            stats = scale(item.device.to_stats(item.adjust_ns))
-        primary[node] = stats
-
-    child_total: dict[PathNode, float] = {}
-    for node, stats in primary.items():
-        parent = node.parent
-        if parent in primary and node not in concurrent:
-            child_total[parent] = child_total.get(parent, 0.0) + stats.total
-
-    nodes = []
-    for item in kept:
-        node = item.node
-        stats = primary[node]
-        measured = stats is not host[node]
-        nodes.append(
-            Node.of(
-                node.path,
-                host[node],
-                stats if measured else None,
-                max(stats.total - child_total.get(node, 0.0), 0.0),
-                "cuda" if measured else node.mode,
-                node.level,
-                item.bytes,
-                node in concurrent,
-                item.open,
-            )
-        )
-
-    step_time = None
-    if steps:
-        acc = Accumulator()
-        acc.add_batch(step_ns)
-        step_time = scale(acc.to_stats())
-    rank, world = rank_and_world()
-    return Report(
-        nodes=tuple(nodes),
-        steps=steps,
-        step_time=step_time,
-        normalizer=normalizer,
-        index=index,
-        step=step,
-        start_time=start_time,
-        end_time=end_time,
-        rank=rank,
-        world_size=world,
-        throughput=throughput,
-        memory=dict(memory or {}),
-        self_cost=self_cost,
-    )
-
-
-def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:
-    """What the normalizer does to one path's statistics."""
-    if normalizer == "steps":
-        if not steps:
-            return _same
-        per_step = 1.0 / steps
-        return lambda stats: stats.with_total(stats.total * per_step)
-    if normalizer == 1.0:
-        return _same
-    factor = 1.0 / float(normalizer)
-    return lambda stats: stats.scaled(factor)
-
-
-def _same(stats: Stats) -> Stats:
-    return stats

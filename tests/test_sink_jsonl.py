@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,39 @@ def test_a_line_is_on_disk_as_soon_as_the_report_is_written(
     timed_step(clock, "forward", 0.010)
     assert len(lines(tmp_path / "run.jsonl")) == 2
     reporter.close()
+
+
+def test_a_removed_directory_is_created_again_and_said_once(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "logs" / "run.jsonl"
+    reporter = instrument.Reporter(every=None, sinks=[JSONL(path)])
+    timed_step(clock, "forward", 0.010)
+    reporter.flush()
+    shutil.rmtree(path.parent)  # a cleanup job, a full disk handled by hand, ...
+    for forward in (0.020, 0.030):
+        timed_step(clock, "forward", forward)
+        reporter.flush()
+        shutil.rmtree(path.parent)
+        path.parent.mkdir()  # gone, then an empty directory of the same name: still a new file
+    timed_step(clock, "forward", 0.040)
+    reporter.close()
+    assert [line["index"] for line in lines(path)] == [4]
+    warned = [r.getMessage() for r in caplog.records if "was removed or moved" in r.getMessage()]
+    assert len(warned) == 1
+    assert str(path) in warned[0]
+
+
+def test_a_renamed_file_is_created_again(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "run.jsonl"
+    reporter = instrument.Reporter(every=None, sinks=[JSONL(path)])
+    timed_step(clock, "forward", 0.010)
+    reporter.flush()
+    path.rename(tmp_path / "run.jsonl.1")  # log rotation
+    timed_step(clock, "forward", 0.020)
+    reporter.close()
+    assert [line["index"] for line in lines(tmp_path / "run.jsonl.1")] == [1]
+    assert [line["index"] for line in lines(path)] == [2]
 
 
 def test_nothing_is_created_before_the_first_report(tmp_path: Path) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ from distributed_helpers import run_ranks
 
 import instrument
 from instrument import observe
+from instrument.regions import region as region_module
 from instrument.regions.region import CpuRegion, ObservedCpuRegion
 from instrument.sinks import ChromeTrace, trace
 from instrument.testing import FakeClock
@@ -94,6 +98,67 @@ def test_regions_are_traced_only_while_a_trace_sink_is_open(tmp_path: Path) -> N
     sink.close()  # idempotent
     assert type(region) is CpuRegion
     assert observe.trace is None
+
+
+def test_a_trace_sink_dropped_unclosed_stops_tracing_when_collected(tmp_path: Path) -> None:
+    region = instrument.timed("x", clock="cpu")
+    kept = ChromeTrace(tmp_path / "kept.json")
+    sink = ChromeTrace(tmp_path / "t.json")
+    with region:
+        pass
+    sink.write(instrument.Report())
+    del sink
+    gc.collect()
+    assert type(region) is ObservedCpuRegion  # the other sink still traces
+    with region:
+        pass
+    kept.close()  # the drain after the collection feeds only the live sink
+    assert len(spans(load(tmp_path / "kept.json"))) == 2
+    assert len(spans(load(tmp_path / "t.json"))) == 1  # valid JSON as last written
+    assert type(region) is CpuRegion
+    dropped = ChromeTrace(tmp_path / "dropped.json")
+    assert type(region) is ObservedCpuRegion
+    del dropped
+    gc.collect()
+    assert type(region) is CpuRegion
+    assert observe.trace is None
+
+
+@pytest.mark.timeout(60)
+def test_a_trace_sink_collected_inside_a_locked_region_section_never_deadlocks(
+    tmp_path: Path,
+) -> None:
+    region = instrument.timed("x", clock="cpu")
+    sink = ChromeTrace(tmp_path / "t.json")
+    with region_module._lock:  # as if the collection ran while this thread created a region
+        del sink
+        gc.collect()
+    deadline = time.monotonic() + 30
+    while type(region) is not CpuRegion and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert type(region) is CpuRegion
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_leaves_the_parents_trace_alone(tmp_path: Path) -> None:
+    region = instrument.timed("x", clock="cpu")
+    sink = ChromeTrace(tmp_path / "t.json")
+    with region:
+        pass
+    sink.write(instrument.Report())
+    pid = os.fork()
+    if pid == 0:  # the child: fast regions, the parent's file untouched by its close
+        code = 0 if type(region) is CpuRegion and observe.trace is None else 3
+        with region:
+            pass
+        sink.close()
+        os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    with region:
+        pass
+    sink.close()
+    assert len(spans(load(tmp_path / "t.json"))) == 2
 
 
 def test_decorated_functions_timers_and_exceptions_are_traced(tmp_path: Path) -> None:

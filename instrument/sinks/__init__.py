@@ -1,7 +1,8 @@
 """Where reports go: the console tree, Python logging, memory, JSON lines, TensorBoard,
 wandb, trace files, or any ``write(report)``."""
 
-from instrument.sinks.base import CallableSink, Sink, as_sink
+from instrument.sinks.adapt import CallableSink, as_sink
+from instrument.sinks.base import Sink
 from instrument.sinks.console import Console
 from instrument.sinks.jsonl import JSONL
 from instrument.sinks.logging import Logging

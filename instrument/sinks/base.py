@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Collection
-from typing import Any, TextIO, cast
+from collections.abc import Collection
 
 from instrument.report import Report
 
@@ -60,55 +58,3 @@ class Sink:
 
     def close(self) -> None:
         """Release resources (no-op by default)."""
-
-
-class CallableSink(Sink):
-    """Adapts a plain function ``fn(report)`` to a sink."""
-
-    def __init__(self, fn: Callable[[Report], Any]) -> None:
-        self.fn = fn
-
-    def write(self, report: Report) -> None:
-        self.fn(report)
-
-    def __repr__(self) -> str:
-        return f"CallableSink({self.fn!r})"
-
-
-class _Duck(Sink):
-    """Adapts an object with ``write`` (and maybe ``flush``/``close``) not derived from Sink."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-        self.ranks = check_rank_filter(getattr(target, "ranks", "all"))
-
-    def write(self, report: Report) -> None:
-        self.target.write(report)
-
-    def flush(self) -> None:
-        if hasattr(self.target, "flush"):
-            self.target.flush()
-
-    def close(self) -> None:
-        if hasattr(self.target, "close"):
-            self.target.close()
-
-    def __repr__(self) -> str:
-        return repr(self.target)
-
-
-def as_sink(obj: Any) -> Sink:
-    """A :class:`Sink` for ``obj``: a Sink, an object with ``write(report)``, or a callable."""
-    if isinstance(obj, Sink):
-        return obj
-    if isinstance(obj, io.TextIOBase):  # sys.stdout, an open text file: print the tree there
-        from instrument.sinks.console import Console
-
-        return Console(cast(TextIO, obj))
-    if callable(getattr(obj, "write", None)):
-        return _Duck(obj)
-    if callable(obj):
-        return CallableSink(obj)
-    raise TypeError(
-        f"not a sink: {obj!r}; pass an object with write(report) or a function taking a report"
-    )

@@ -7,6 +7,7 @@ from typing import TextIO
 
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
+from instrument.tree import render_text
 
 
 def supports_unicode(stream: TextIO) -> bool:
@@ -48,7 +49,7 @@ class Console(Sink):
     def write(self, report: Report) -> None:
         stream = self.stream if self.stream is not None else sys.stdout
         unicode = supports_unicode(stream) if self.unicode is None else self.unicode
-        text = report.render(unicode=unicode)
+        text = render_text(report, unicode=unicode)
         if not unicode:
             text = text.replace("·", "-")
         stream.write(text + "\n")

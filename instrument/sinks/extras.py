@@ -1,6 +1,6 @@
-"""The optional packages of sinks (the ``tensorboard`` and ``wandb`` extras): checked when a
-sink is made, imported on first use, and a missing one named with the ``pip install`` that
-adds it."""
+"""The optional packages of sinks (the ``tensorboard`` and ``wandb`` extras): checked and
+imported when a sink is made (never inside a flush), a missing one named with the
+``pip install`` that adds it."""
 
 from __future__ import annotations
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-import threading
+import weakref
 from pathlib import Path
 from typing import Any, TextIO
 
+from instrument.lifecycle import ForkSafeLock, inherited
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 from instrument.sinks.files import rank_path
+
+logger = logging.getLogger("instrument")
 
 
 def encode(report: Report) -> str:
@@ -58,7 +62,10 @@ class JSONL(Sink):
     (``run.jsonl`` → ``run.rank1.jsonl``), so ranks never share a file.
 
     :meth:`close` closes the file; a report written after it opens the file again and
-    appends, so one sink may outlive a reporter or be shared by two.
+    appends, so one sink may outlive a reporter or be shared by two. A file removed or
+    moved while the run writes it (its directory deleted, log rotation) is created again at
+    the next report, with a warning the first time (logger ``"instrument"``); a forked
+    child opens the file again too.
 
     Example:
         >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.JSONL("run.jsonl")])
@@ -76,17 +83,32 @@ class JSONL(Sink):
         self.ranks = check_rank_filter(ranks)
         self.written: Path | None = None  # the file the last report went to
         self._file: TextIO | None = None
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
+        self._told_gone = False  # the removed-file warning was logged
+        _sinks.add(self)
 
     def write(self, report: Report) -> None:
         line = encode(report) + "\n"
         target = rank_path(self.path, report.rank, report.world_size)
         with self._lock:
             file = self._file
+            if file is not None and self.written == target and not _same_file(file, target):
+                self._tell_gone(target)  # removed (or its directory), or moved away
+                file = None
             if file is None or self.written != target:
                 file = self._open(target)
             file.write(line)
             file.flush()
+
+    def _tell_gone(self, target: Path) -> None:
+        if not self._told_gone:
+            self._told_gone = True
+            logger.warning(
+                "instrument: JSONL file %s was removed or moved while the run wrote to it "
+                "(its directory deleted?); created it again and went on writing there "
+                "(reported once per sink)",
+                target,
+            )
 
     def _open(self, target: Path) -> TextIO:
         if self._file is not None:
@@ -110,3 +132,26 @@ class JSONL(Sink):
 
     def __repr__(self) -> str:
         return f"JSONL({self.path!r})"
+
+
+def _same_file(file: TextIO, target: Path) -> bool:
+    """Whether ``target`` still names the open ``file`` (not removed, renamed or replaced)."""
+    try:
+        return os.path.samestat(os.fstat(file.fileno()), os.stat(target))
+    except OSError:
+        return False
+
+
+_sinks: weakref.WeakSet[JSONL] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child opens the file again on its next report: the inherited file object
+    may be locked by a thread of the parent that was writing when it forked."""
+    for sink in tuple(_sinks):
+        if sink._file is not None:
+            inherited.append(sink._file)
+            sink._file = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

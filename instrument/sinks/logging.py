@@ -6,6 +6,7 @@ import logging
 
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
+from instrument.tree import render_text
 
 
 class Logging(Sink):
@@ -41,7 +42,7 @@ class Logging(Sink):
             self.logger.log(
                 self.level,
                 "%s",
-                report.render(unicode=True),
+                render_text(report, unicode=True),
                 extra={"instrument_report": report},
             )
 

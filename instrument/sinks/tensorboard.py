@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numbers
 import os
-import threading
 from typing import Any
 
+from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
@@ -15,10 +15,10 @@ from instrument.sinks.scalars import global_step, scalars
 INSTALL_HINT = 'TensorBoard sink needs tensorboard: pip install "torch-instrument[tensorboard]"'
 
 
-def _summary_writer(log_dir: str, flush_secs: float) -> Any:
-    """A new ``torch.utils.tensorboard.SummaryWriter`` (imported here, on first use)."""
-    module = extras.load("torch.utils.tensorboard", "tensorboard", INSTALL_HINT)
-    return module.SummaryWriter(log_dir=log_dir, flush_secs=flush_secs)
+def _summary_writer_type() -> Any:
+    """``torch.utils.tensorboard.SummaryWriter``, imported when the sink is made (never in a
+    flush: a fork during an import would leave the child a held import lock)."""
+    return extras.load("torch.utils.tensorboard", "tensorboard", INSTALL_HINT).SummaryWriter
 
 
 def _check_log_dir(log_dir: object) -> str:
@@ -90,11 +90,13 @@ class TensorBoard(Sink):
         self.log_dir = None if log_dir is None else _check_log_dir(log_dir)
         self.ranks = check_rank_filter(ranks)
         self.flush_secs = _check_flush_secs(flush_secs)
+        self._writer_type: Any = None
         if self.log_dir is not None:
             extras.require("tensorboard", INSTALL_HINT)
+            self._writer_type = _summary_writer_type()
         self._given: Any = writer
         self._created: Any = None
-        self._lock: threading.Lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     @property
     def writer(self) -> Any:
@@ -108,7 +110,9 @@ class TensorBoard(Sink):
         with self._lock:
             writer = self.writer
             if writer is None:
-                writer = self._created = _summary_writer(self._dir(report), self.flush_secs)
+                writer = self._created = self._writer_type(
+                    log_dir=self._dir(report), flush_secs=self.flush_secs
+                )
             for tag, value in values.items():
                 writer.add_scalar(tag, value, global_step=step, walltime=walltime)
 

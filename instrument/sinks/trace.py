@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -14,6 +15,7 @@ from typing import IO, Any
 import torch
 
 from instrument import clocks, observe
+from instrument.lifecycle import ForkSafeLock, inherited
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 from instrument.sinks.files import rank_and_world, rank_path
@@ -21,8 +23,9 @@ from instrument.sinks.files import rank_and_world, rank_path
 #: Synthetic thread ids of the device tracks: ``DEVICE_TID + 1000 * device + n``.
 DEVICE_TID = 1 << 30
 
-_lock = threading.Lock()
-_sinks: tuple[ChromeTrace, ...] = ()  # the open trace sinks, fed by _drain()
+_lock = ForkSafeLock()
+#: The open trace sinks, fed by _drain(); weak, so a sink dropped unclosed can be collected.
+_sinks: tuple[weakref.ref[ChromeTrace], ...] = ()
 _drained = 0  # events taken out of observe.trace since tracing started
 
 
@@ -41,8 +44,10 @@ def _drain() -> None:
         taken = [pop() for _ in range(len(ring))]
         _drained += len(taken)
         lost = max(observe.trace_recorded - _drained - len(ring), 0)
-        for sink in _sinks:
-            sink._take(taken, lost)
+        for ref in _sinks:
+            sink = ref()
+            if sink is not None:
+                sink._take(taken, lost)
 
 
 class ChromeTrace(Sink):
@@ -75,7 +80,11 @@ class ChromeTrace(Sink):
         ranks: Which ranks write a file ("all" by default).
 
     While a trace sink is open, regions take the generic path (1 to 2 µs more per region,
-    a few µs more on the "cuda" clock for the device events).
+    a few µs more on the "cuda" clock for the device events). Tracing ends when the sink
+    is closed (its reporter's ``close()`` does it, and so does the exit flush) or, if it
+    never is, when the sink is garbage-collected; events recorded after its last write are
+    then lost, the file stays valid JSON. A forked child leaves its parent's trace alone:
+    the sink is closed there without writing.
 
     Distributed: construct it on every rank that should write a file; it calls no
     collective.
@@ -115,8 +124,12 @@ class ChromeTrace(Sink):
         with _lock:
             if observe.trace is None:  # tracing starts afresh (sinks left open by a reset)
                 _sinks, _drained = (), 0
-            _sinks = (*_sinks, self)
-        observe.start_trace(self, max_events)
+            _sinks = (*(ref for ref in _sinks if ref() is not None), weakref.ref(self))
+        observe.start_trace(id(self), max_events)
+        # Tracing lasts as long as the sink: close() ends it, and so does the sink's
+        # collection when it was never closed (regions go back to their fast class).
+        self._stop_tracing = weakref.finalize(self, observe.stop_trace, id(self))
+        self._stop_tracing.atexit = False  # the exit flush closes what is live
         if clocks.cuda_ready():
             device = torch.cuda.current_device()
             self.anchor(device, *_cuda_anchor(device))
@@ -134,8 +147,8 @@ class ChromeTrace(Sink):
             self._save(final=True)
         finally:
             with _lock:
-                _sinks = tuple(s for s in _sinks if s is not self)
-            observe.stop_trace(self)
+                _sinks = tuple(ref for ref in _sinks if ref() not in (self, None))
+            self._stop_tracing()
             if self._file is not None:
                 self._file.close()
                 self._file = None
@@ -295,3 +308,22 @@ def _cuda_anchor(device: int) -> tuple[Any, int]:
         host_ns = time.perf_counter_ns()
         reference.synchronize()
     return reference, host_ns
+
+
+def _after_fork_in_child() -> None:
+    """A forked child does not write its parent's trace files: its inherited trace sinks
+    are closed there without a write (their file objects kept, never used) and tracing
+    stops, so the child's regions run on their fast class."""
+    global _sinks
+    for ref in _sinks:
+        sink = ref()
+        if sink is not None:
+            if sink._file is not None:
+                inherited.append(sink._file)
+                sink._file = None
+            sink._closed = True
+            sink._stop_tracing()
+    _sinks = ()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

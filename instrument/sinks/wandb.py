@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
+from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
@@ -87,8 +87,10 @@ class WandB(Sink):
         if commit is not None and not isinstance(commit, bool):
             raise TypeError(f"WandB commit must be True, False or None, got {commit!r}")
         self.ranks = check_rank_filter(ranks)
-        if run is None:
+        self._wandb: Any = None
+        if run is None:  # imported now, never in a flush (a fork during an import hangs)
             extras.require("wandb", INSTALL_HINT)
+            self._wandb = extras.load("wandb", "wandb", INSTALL_HINT)
         self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
         self.step = step
         self.commit = commit
@@ -96,7 +98,7 @@ class WandB(Sink):
         self._run = run
         self._owned = False  # True while self._run is a run this sink started
         self._told_behind = False
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def write(self, report: Report) -> None:
         prefix = self.prefix
@@ -118,7 +120,7 @@ class WandB(Sink):
     def _current_run(self) -> Any:
         if self._run is not None:
             return self._run
-        wandb = extras.load("wandb", "wandb", INSTALL_HINT)
+        wandb = self._wandb
         if wandb.run is not None:
             return wandb.run
         if not self.init_kwargs:

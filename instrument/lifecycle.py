@@ -1,0 +1,175 @@
+"""The reporters' part in the process's life: which reporters are live, the last flush when
+the process ends, and a working state in a forked child.
+
+**Exit.** ``atexit`` delivers the last interval of every live reporter at a normal exit, at
+``sys.exit``, after an uncaught exception and after Ctrl-C (``KeyboardInterrupt``). That
+flush is this rank's own report only: the other ranks may be gone, so no barrier and no
+gather.
+
+**SIGTERM and SIGHUP** (how torchrun, Slurm and Kubernetes stop a job; a closed terminal)
+end a Python process at once by default, without ``atexit``. While their disposition is
+the default one, the first reporter created in the main thread installs a handler for each
+(and every flush in the main thread puts it back if something reset the default): it runs
+the same exit flush — in a helper thread, waited for at most :data:`SIGNAL_FLUSH_TIMEOUT`
+seconds, so a lock the interrupted main thread holds can delay the end but never hang it —
+then restores the default action and sends the signal again, so the process still dies of
+it (exit status ``-15`` to Python's ``subprocess``, ``143`` in a shell). A second signal
+while that flush runs ends the process at once. A handler of your own (installed before or
+after ``instrument``) is never replaced, wrapped or swallowed: it runs as you wrote it and
+owns the signal; if it ends the process with ``sys.exit`` or an exception, the exit flush
+delivers the last interval. A handler installed later that calls the one it replaced
+(``instrument``'s, as Lightning's signal connector does) gets a no-op from it, never an
+abrupt end: the handler decides. A handler that ends the process with ``os._exit`` (or
+re-raises with the default action) should call ``reporter.close()`` first. An ignored
+signal (``SIG_IGN``, e.g. under ``nohup``) stays ignored.
+
+**Fork.** Nothing in a flush imports a module lazily (a child forked while another thread
+imports would inherit a held import lock), and a forked child gets fresh locks
+(:class:`ForkSafeLock`), so a child forked at any moment — even in the middle of another
+thread's flush — can record regions and flush.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import threading
+import weakref
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from instrument.reporter import Reporter
+
+logger = logging.getLogger("instrument")
+
+#: The signals whose default action would end the process without the exit flush.
+SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+#: How long a signal waits for the last flush before the process dies anyway (seconds).
+SIGNAL_FLUSH_TIMEOUT = 10.0
+
+
+class ForkSafeLock:
+    """A lock that a forked child gets fresh: the parent may have held it while forking
+    (another thread in the middle of a flush), and the child has no thread to release it.
+
+    For locks of the flush path and of registration, never of the hot path."""
+
+    __slots__ = ("__weakref__", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        _fork_locks.add(self)
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._lock.release()
+
+    def _renew(self) -> None:
+        self._lock = threading.Lock()
+
+
+_fork_locks: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
+#: Objects a forked child inherited in a state it must not touch (a file object whose
+#: internal lock another thread of the parent held): kept alive, never used or closed.
+inherited: list[object] = []
+_live: weakref.WeakSet[Reporter] = weakref.WeakSet()
+_live_lock = ForkSafeLock()
+
+
+def track(reporter: Reporter) -> None:
+    """``reporter`` is live: ``instrument.step()`` ticks it and the exit flushes it."""
+    with _live_lock:
+        _live.add(reporter)
+    install_signal_handlers()
+
+
+def forget(reporter: Reporter) -> None:
+    """``reporter`` is closed or detached."""
+    with _live_lock:
+        _live.discard(reporter)
+
+
+def live_reporters() -> tuple[Reporter, ...]:
+    """The reporters that ``instrument.step()`` ticks."""
+    with _live_lock:
+        return tuple(_live)
+
+
+def _flush_at_exit() -> None:
+    """Nothing is lost at normal interpreter exit: every live reporter flushes once more."""
+    for reporter in live_reporters():
+        try:
+            reporter._close_at_exit()
+        except Exception:
+            logger.exception("instrument: the flush at exit of %r failed", reporter)
+
+
+atexit.register(_flush_at_exit)
+
+
+# -- signals -------------------------------------------------------------------------------
+
+_flushing_for_signal = False
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM / SIGHUP whose default action was to end the process: the exit flush, then
+    the default action."""
+    global _flushing_for_signal
+    if signal.getsignal(signum) is not _on_signal:
+        return  # called by a handler installed later, which owns the signal (see above)
+    if not _flushing_for_signal:  # a second signal during the flush: die at once
+        _flushing_for_signal = True
+        helper = threading.Thread(target=_flush_at_exit, name="instrument-signal-flush")
+        helper.daemon = True
+        helper.start()
+        helper.join(SIGNAL_FLUSH_TIMEOUT)
+        if helper.is_alive():
+            logger.error(
+                "instrument: the last flush on %s did not finish in %.0f s; ending without it",
+                signal.Signals(signum).name,
+                SIGNAL_FLUSH_TIMEOUT,
+            )
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # only if the signal could not end the process (blocked)
+
+
+def install_signal_handlers() -> None:
+    """Handle SIGTERM and SIGHUP where their disposition is the default one; leave every
+    other handler (the user's own, ``SIG_IGN``, one installed from C) alone. A no-op outside
+    the main thread of the main interpreter (only it may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in SIGNALS:
+        try:
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                signal.signal(signum, _on_signal)
+        except ValueError:  # not the main interpreter
+            return
+
+
+# -- fork ----------------------------------------------------------------------------------
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with every lock free (and may flush again on a signal)."""
+    global _flushing_for_signal
+    for lock in tuple(_fork_locks):
+        lock._renew()
+    _flushing_for_signal = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
