@@ -1,22 +1,55 @@
 """Reading report files (JSONL, one :meth:`Report.to_dict` per line) back into reports.
 
 Every problem raises :class:`ReportFileError` naming the file, and the line when one is
-at fault: a missing file, an empty one, a line that is not JSON or not a report.
+at fault: a missing file, an empty one, a line that is not JSON or not a report, and a
+report holding a value no report can hold (NaN or infinity, a number too large to be one,
+a negative count, nesting deeper than a report's).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from instrument.report import Report
 
 
+#: Digits of the largest integer a report field may hold (2**63 has 19).
+MAX_INT_DIGITS = 20
+#: Fields that count something: an int >= 0.
+COUNTS = frozenset({"steps", "step", "index", "rank", "world_size", "group_size", "count",
+                    "bytes", "stragglers_count", "ranks_present"})  # fmt: skip
+
+
 class ReportFileError(ValueError):
     """A report file that cannot be read; the message names the file (and line)."""
+
+
+class _BadValue(ValueError):
+    """A decoded value no report holds (raised from the JSON decoder's hooks)."""
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _BadValue(f"an integer of {len(text.lstrip('-'))} digits; too large for a report")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _BadValue(f"the number {text[:30]} is out of range; expected a finite number")
+    return value
+
+
+def _parse_constant(name: str) -> float:
+    raise _BadValue(f"{name} is not a finite number; reports hold finite numbers only")
 
 
 @dataclass(frozen=True)
@@ -108,10 +141,21 @@ def parse_line(raw: bytes | str, where: str) -> Report:
     except UnicodeDecodeError:
         raise ReportFileError(f"{where}: not UTF-8 text; is this a report file?") from None
     try:
-        data = json.loads(text.strip())
+        data = json.loads(
+            text.strip(),
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_parse_constant,
+        )
     except json.JSONDecodeError as exc:
         raise ReportFileError(
             f"{where}: not JSON ({exc.msg} at column {exc.colno}); expected one report per line"
+        ) from None
+    except _BadValue as exc:
+        raise ReportFileError(f"{where}: not an instrument report ({exc})") from None
+    except RecursionError:
+        raise ReportFileError(
+            f"{where}: not an instrument report (JSON nested too deeply for one)"
         ) from None
     if not isinstance(data, dict) or "nodes" not in data:
         kind = "object without 'nodes'" if isinstance(data, dict) else _json_type(data)
@@ -120,12 +164,43 @@ def parse_line(raw: bytes | str, where: str) -> Report:
             "'nodes' list, as instrument.sinks.JSONL writes)"
         )
     try:
-        return Report.from_dict(data)
+        report = Report.from_dict(data)
     except KeyError as exc:
         detail = f"missing key {exc.args[0]!r}"
-    except (ValueError, TypeError, AttributeError) as exc:
-        detail = str(exc)
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        detail = str(exc) or type(exc).__name__
+    else:
+        bad = next(_bad_values(report.to_dict()), None)
+        if bad is None:
+            return report
+        detail = bad
     raise ReportFileError(f"{where}: not an instrument report ({detail})")
+
+
+def _bad_values(data: dict[str, Any]) -> Iterator[str]:
+    """What is wrong with the values of a decoded report (``Report.to_dict()`` form): a
+    number that is not finite (from a string such as ``"nan"``), a negative count or
+    normalizer, an empty region path."""
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        key, value = todo.pop()
+        name = key.rpartition(".")[2].partition("[")[0]
+        if isinstance(value, dict):
+            todo.extend((f"{key}.{k}".lstrip("."), v) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            todo.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            yield f"{key} is {value}; expected a finite number"
+        elif isinstance(value, int) and abs(value) >= 2**63:
+            yield f"{key} is {value:.3e}; too large for a report"
+        elif name in COUNTS and isinstance(value, int | float) and value < 0:
+            yield f"{key} is {value}; expected a count >= 0"
+    normalizer = data["normalizer"]
+    if not isinstance(normalizer, str) and not normalizer > 0.0:
+        yield f"normalizer is {normalizer}; expected a number > 0 or 'steps'"
+    for i, node in enumerate(data["nodes"]):
+        if not node["path"] or "" in node["path"].split("/"):
+            yield f"nodes[{i}].path is {node['path']!r}; expected region names joined by '/'"
 
 
 def _json_type(value: object) -> str:
