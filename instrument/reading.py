@@ -19,7 +19,6 @@ from typing import Any
 
 from instrument.report import Report
 
-
 #: Digits of the largest integer a report field may hold (2**63 has 19).
 MAX_INT_DIGITS = 20
 #: Fields that count something: an int >= 0.
@@ -57,12 +56,14 @@ class ReportFile:
     """The reports of one file, in the order they were written.
 
     ``incomplete_line`` is the number of a last line that was cut off mid-write (the
-    writer was killed) and skipped, or ``None``.
+    writer was killed) and skipped, or ``None``; ``lines`` holds the line number of each
+    report.
     """
 
     path: Path
     reports: tuple[Report, ...]
     incomplete_line: int | None = None
+    lines: tuple[int, ...] = ()
 
 
 def rank_files(path: str | os.PathLike[str]) -> dict[int, Path]:
@@ -109,6 +110,7 @@ def read_file(path: str | os.PathLike[str]) -> ReportFile:
     """
     name = os.fspath(path)
     reports: list[Report] = []
+    lines: list[int] = []
     incomplete: int | None = None
     try:
         with open(path, "rb") as file:
@@ -117,6 +119,7 @@ def read_file(path: str | os.PathLike[str]) -> ReportFile:
                     continue
                 try:
                     reports.append(parse_line(raw, f"{name}:{number}"))
+                    lines.append(number)
                 except ReportFileError:
                     if raw.endswith(b"\n"):
                         raise
@@ -130,7 +133,7 @@ def read_file(path: str | os.PathLike[str]) -> ReportFile:
     if not reports:
         what = "only a cut-off line" if incomplete else "empty"
         raise ReportFileError(f"{name}: {what}, no report in it")
-    return ReportFile(Path(path), tuple(reports), incomplete)
+    return ReportFile(Path(path), tuple(reports), incomplete, tuple(lines))
 
 
 def parse_line(raw: bytes | str, where: str) -> Report:
