@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from instrument import _state, clocks, config, registry, throughput
+from instrument import _state, checks, clocks, config, registry, throughput
 from instrument.memory import MemorySampler
 from instrument.report import Node, Report
-from instrument.sinks.base import Sink, as_sink
+from instrument.sinks.base import Sink, as_sink, as_sinks
 from instrument.sinks.files import rank_and_world
 from instrument.stats import Accumulator, Stats
 from instrument.throughput import Throughput
@@ -218,15 +218,15 @@ class Reporter:
         self.straggler_intervals = _check_intervals(straggler_intervals)
         self._cross: CrossRank | None = None
         self.group = group
-        self.barrier = bool(barrier)
+        self.barrier = checks.check_bool("barrier", barrier)
         self.barrier_group = barrier_group
-        self.barrier_timeout = barrier_timeout
+        self.barrier_timeout = checks.check_timeout("barrier_timeout", barrier_timeout)
         if warmup is None:
             warmup = 2 if self.every is None else min(2, self.every - 1)
         self.warmup = _check_count("warmup", warmup) or 0
         self.flops_per_step = _check_flops(flops_per_step)
-        if peak_flops is not None:
-            _check_flops(peak_flops)
+        if peak_flops is not None and not isinstance(_check_flops(peak_flops), float):
+            raise ValueError(f"peak_flops must be a number > 0 or None, got {peak_flops!r}")
         if peak_dtype not in PEAK_DTYPES:
             raise ValueError(
                 f"unknown peak_dtype {peak_dtype!r}; expected one of 'fp32', 'tf32', 'bf16', "
@@ -234,7 +234,7 @@ class Reporter:
             )
         self.peak_flops = None if peak_flops is None else float(peak_flops)
         self.peak_dtype = peak_dtype
-        self._memory = MemorySampler() if memory else None
+        self._memory = MemorySampler() if checks.check_bool("memory", memory) else None
         self.normalizer = _check_normalizer(normalizer)
         if level is not None:
             from instrument.region import check_level
@@ -242,7 +242,7 @@ class Reporter:
             check_level(level)
         self.level = level
         self.ranks = _check_ranks(ranks)
-        self._sinks: tuple[Sink, ...] = tuple(as_sink(s) for s in (sinks or ()))
+        self._sinks: tuple[Sink, ...] = as_sinks(sinks)
         self._failed: set[int] = set()
         self._lock = threading.Lock()
         self._index = 0
