@@ -149,3 +149,19 @@ def test_check_choice_names_every_choice() -> None:
         checks.check_positive_int("every", 0)
     with pytest.raises(ValueError, match=r"at most days=999999999"):
         checks.check_timeout("barrier_timeout", 1e300)
+
+
+@pytest.mark.parametrize("make", ["Timer", "Timers", "NemoTimers"])
+def test_compat_timers_check_barrier_timeout_at_construction(make: str) -> None:
+    from instrument.compat import megatron, nemo
+
+    build = {
+        "Timer": lambda t: megatron.Timer("x", barrier_timeout=t),
+        "Timers": lambda t: megatron.Timers(1, "max", barrier_timeout=t),
+        "NemoTimers": lambda t: nemo.Timers(1, "max", barrier_timeout=t),
+    }[make]
+    with pytest.raises(TypeError, match="barrier_timeout must be a number of seconds > 0"):
+        build("1s")
+    with pytest.raises(ValueError, match=r"barrier_timeout must be .* got -5"):
+        build(-5)
+    build(timedelta(seconds=3))
