@@ -237,7 +237,7 @@ class Reporter:
         self._memory = MemorySampler() if checks.check_bool("memory", memory) else None
         self.normalizer = _check_normalizer(normalizer)
         if level is not None:
-            from instrument.region import check_level
+            from instrument.regions.region import check_level
 
             check_level(level)
         self.level = level
@@ -339,9 +339,9 @@ class Reporter:
 
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
-        from instrument import region
+        from instrument.regions import frames
 
-        collected = registry.collect(registry.open_calls(region._get()))
+        collected = registry.collect(registry.open_calls(frames._get()))
         steps, step_ns = self._steps, self._step_ns
         rates = self._throughput(step_ns)
         memory = self._memory.sample() if self._memory is not None else {}
@@ -468,7 +468,7 @@ def _warn_unmeasured(
     reporter: Reporter, flops: float | None, peak: float | None, steps: int
 ) -> None:
     """Say once why a report has no TFLOP/s or no MFU, and how to get them."""
-    from instrument.region import warn_once
+    from instrument.regions.warn import warn_once
 
     if reporter.flops_per_step == "auto" and steps > 2:
         warn_once(
@@ -496,7 +496,7 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
     if not reporter.ticked_by_optimizer:
         reporter.step(samples=samples, tokens=tokens)
         return
-    from instrument.region import warn_once
+    from instrument.regions.warn import warn_once
 
     warn_once(
         "reporter:double-step",

@@ -50,7 +50,7 @@ from instrument.compat.ranks import rank_and_world
 from instrument.distributed.barrier import barrier_with_timeout
 from instrument.distributed.gather import active, gather_totals, union_of_paths
 from instrument.hooks.collectives import suppressed
-from instrument.region import BARRIER_TIMEOUT
+from instrument.regions.timed import BARRIER_TIMEOUT
 
 __all__ = [
     "DummyTimer",

@@ -28,7 +28,7 @@ from transformers.trainer_callback import CallbackHandler
 
 from instrument.auto import AutoHandle, auto
 from instrument.integrations.figures import LOG_MODES, figures
-from instrument.region import warn_once
+from instrument.regions.warn import warn_once
 from instrument.report import Report
 from instrument.sinks.console import Console
 
