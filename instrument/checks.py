@@ -77,3 +77,16 @@ def check_optional_bool(name: str, value: object) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"{name} must be True, False or None, got {value!r}")
     return value
+
+
+def check_process_group(name: str, value: object) -> Any:
+    """``value`` if it is ``None`` or a ``torch.distributed`` process group."""
+    import torch.distributed as dist
+
+    group_type = getattr(dist, "ProcessGroup", None) if dist.is_available() else None
+    if value is not None and group_type is not None and not isinstance(value, group_type):
+        raise TypeError(
+            f"{name} must be a torch.distributed process group (e.g. dist.new_group([0, 1])) "
+            f"or None for the world, got {value!r}"
+        )
+    return value

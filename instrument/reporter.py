@@ -217,9 +217,9 @@ class Reporter:
         self.straggler_threshold = _check_threshold(straggler_threshold)
         self.straggler_intervals = _check_intervals(straggler_intervals)
         self._cross: CrossRank | None = None
-        self.group = group
+        self.group = checks.check_process_group("group", group)
         self.barrier = checks.check_bool("barrier", barrier)
-        self.barrier_group = barrier_group
+        self.barrier_group = checks.check_process_group("barrier_group", barrier_group)
         self.barrier_timeout = checks.check_timeout("barrier_timeout", barrier_timeout)
         if warmup is None:
             warmup = 2 if self.every is None else min(2, self.every - 1)

@@ -48,6 +48,17 @@ BAD: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
         TypeError,
         "memory must be True or False, got 'no'",
     ),
+    "group": (
+        lambda: instrument.Reporter(ranks="max", group=[0, 1]),
+        TypeError,
+        "group must be a torch.distributed process group (e.g. dist.new_group([0, 1])) or "
+        "None for the world, got [0, 1]",
+    ),
+    "barrier_group": (
+        lambda: instrument.Reporter(barrier=True, barrier_group="world"),
+        TypeError,
+        "barrier_group must be a torch.distributed process group",
+    ),
     "peak_flops_auto": (
         lambda: instrument.Reporter(peak_flops="auto"),
         ValueError,
