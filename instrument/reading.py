@@ -8,6 +8,7 @@ a negative count, nesting deeper than a report's).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -17,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from instrument.report import Report
+from instrument.report import Node, Report
+from instrument.stats import Stats
 
 #: Digits of the largest integer a report field may hold (2**63 has 19).
 MAX_INT_DIGITS = 20
 #: Fields that count something: an int >= 0.
 COUNTS = frozenset({"steps", "step", "index", "rank", "world_size", "group_size", "count",
-                    "bytes", "stragglers_count", "ranks_present"})  # fmt: skip
+                    "bytes", "stragglers_count", "ranks_present", "level"})  # fmt: skip
 
 
 class ReportFileError(ValueError):
@@ -173,18 +175,55 @@ def parse_line(raw: bytes | str, where: str) -> Report:
     except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
         detail = str(exc) or type(exc).__name__
     else:
-        bad = next(_bad_values(report.to_dict()), None)
+        bad = _first_bad_value(report)
         if bad is None:
             return report
         detail = bad
     raise ReportFileError(f"{where}: not an instrument report ({detail})")
 
 
-def _bad_values(data: dict[str, Any]) -> Iterator[str]:
-    """What is wrong with the values of a decoded report (``Report.to_dict()`` form): a
-    number that is not finite (from a string such as ``"nan"``), a negative count or
-    normalizer, an empty region path."""
-    todo: list[tuple[str, Any]] = [("", data)]
+def _first_bad_value(report: Report) -> str | None:
+    """What is wrong with a decoded report's values, or ``None``: a number that is not
+    finite (from a string such as ``"nan"``), a negative count or normalizer, an empty
+    region name. Nodes are checked quickly and walked in full only when one is wrong."""
+    found = next(_bad_values(dataclasses.replace(report, nodes=()).to_dict(), ""), None)
+    for i, node in enumerate(report.nodes):
+        if found is not None:
+            break
+        if not _plain(node):
+            found = next(_bad_values(node.to_dict(), f"nodes[{i}]."), None)
+    return found
+
+
+def _plain(node: Node) -> bool:
+    """Every number of ``node`` finite, every count in [0, 2**63), its path well formed."""
+    floats = [node.self_time, *_stats_floats(node.host)]
+    counts = [node.level, node.bytes, node.host.count]
+    if node.device is not None:
+        floats += _stats_floats(node.device)
+        counts.append(node.device.count)
+    ranks = node.ranks
+    if ranks is not None:
+        floats += [ranks.rank_min, ranks.rank_max, ranks.rank_mean]
+        optional = (ranks.relative_score, ranks.individual_score, *(ranks.per_rank or ()))
+        floats += [v for v in optional if v is not None]
+        counts += [ranks.rank_argmin, ranks.rank_argmax, ranks.ranks_present]
+    return (
+        all(map(math.isfinite, floats))
+        and all(0 <= n < 2**63 for n in counts)
+        and "" not in node.path.split("/")
+    )
+
+
+def _stats_floats(stats: Stats) -> list[float]:
+    return [stats.total, stats.mean, stats.min, stats.max, stats.std, stats.p50, stats.p90,
+            stats.p99]  # fmt: skip
+
+
+def _bad_values(data: dict[str, Any], prefix: str) -> Iterator[str]:
+    """The problems of one decoded part of a report (``to_dict()`` form), keys named from
+    ``prefix``."""
+    todo: list[tuple[str, Any]] = [(prefix.rstrip("."), data)]
     while todo:
         key, value = todo.pop()
         name = key.rpartition(".")[2].partition("[")[0]
@@ -198,12 +237,12 @@ def _bad_values(data: dict[str, Any]) -> Iterator[str]:
             yield f"{key} is {value:.3e}; too large for a report"
         elif name in COUNTS and isinstance(value, int | float) and value < 0:
             yield f"{key} is {value}; expected a count >= 0"
-    normalizer = data["normalizer"]
+    normalizer = data.get("normalizer", 1.0)
     if not isinstance(normalizer, str) and not normalizer > 0.0:
         yield f"normalizer is {normalizer}; expected a number > 0 or 'steps'"
-    for i, node in enumerate(data["nodes"]):
-        if not node["path"] or "" in node["path"].split("/"):
-            yield f"nodes[{i}].path is {node['path']!r}; expected region names joined by '/'"
+    path = data.get("path", "x")
+    if "" in path.split("/"):
+        yield f"{prefix}path is {path!r}; expected region names joined by '/'"
 
 
 def _json_type(value: object) -> str:
