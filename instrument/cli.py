@@ -9,6 +9,7 @@ are printed as ``instrument: error: <what>`` with exit code 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -27,6 +28,8 @@ STEP_ROW = "(step)"  # the step time itself
 OTHER_ROW = "(other)"  # step time no top-level region covered
 REST_ROW = "other regions"  # the plot's regions outside the top K
 FEW_REPORTS = 3  # fewer reports per run after warm-up cannot show its noise
+#: Labels the CLI draws itself; a region named like one is shown quoted (see shown_name).
+OWN_ROWS = frozenset({STEP_ROW, OTHER_ROW, REST_ROW})
 HATCH = {OTHER_ROW: "///"}  # the uncovered time: hatched, never mistaken for a region
 EDGE = {OTHER_ROW: "#9a9a9a"}
 
@@ -40,16 +43,46 @@ class CliError(Exception):
 
 @dataclass(frozen=True)
 class Run:
-    """The reports of one rank read from one file, oldest first."""
+    """The reports of one rank read from one file, oldest first, and their line numbers."""
 
     name: str
     rank: int
     reports: tuple[Report, ...]
+    lines: tuple[int, ...] = ()
+
+    def where(self, report: Report) -> str:
+        """``file:line`` of one of its reports."""
+        for candidate, line in zip(self.reports, self.lines, strict=False):
+            if candidate is report:
+                return f"{self.name}:{line}"
+        return self.name
+
+
+def shown_name(name: str) -> str:
+    """A region name as the CLI prints it: as is, or — when it holds a control character
+    (a newline would break the table), equals a row the CLI draws itself (``(step)``,
+    ``(other)``) or starts with a quote — as its quoted, escaped ``repr``, so no two names
+    print alike and none is taken for the CLI's own rows."""
+    if name in OWN_ROWS or name[:1] in ("'", '"') or not name.isprintable():
+        return repr(name)
+    return name
+
+
+def shown_names(report: Report) -> Report:
+    """``report`` with every region name as :func:`shown_name` prints it."""
+    nodes = tuple(
+        dataclasses.replace(node, path="/".join(map(shown_name, node.path.split("/"))))
+        for node in report.nodes
+    )
+    if all(new.path == old.path for new, old in zip(nodes, report.nodes, strict=True)):
+        return report
+    return dataclasses.replace(report, nodes=nodes)
 
 
 def load(path: str, rank: int | None) -> Run:
     """The reports of ``rank`` (default: the lowest rank present) in ``path`` or in its
-    per-rank files; a cut-off last line is noted on stderr."""
+    per-rank files, region names as :func:`shown_name` prints them; a cut-off last line is
+    noted on stderr."""
     found = read_file(locate(path, rank))
     name = str(found.path)
     if found.incomplete_line is not None:
@@ -60,11 +93,12 @@ def load(path: str, rank: int | None) -> Run:
         )
     ranks = sorted({report.rank for report in found.reports})
     chosen = ranks[0] if rank is None else rank
-    reports = tuple(report for report in found.reports if report.rank == chosen)
-    if not reports:
+    mine = [(shown_names(r), line) for r, line in zip(found.reports, found.lines, strict=True)
+            if r.rank == chosen]  # fmt: skip
+    if not mine:
         present = ", ".join(map(str, ranks))
         raise CliError(f"{name}: no report of rank {chosen}; ranks present: {present}")
-    return Run(name, chosen, reports)
+    return Run(name, chosen, tuple(r for r, _ in mine), tuple(line for _, line in mine))
 
 
 def interval_factor(report: Report) -> float:
@@ -144,6 +178,7 @@ def profile(run: Run, skip_first: int | None) -> Profile:
             row[node.path] = row.get(node.path, 0.0) + node.total * factor
         count = report.steps or 1
         for path, seconds in row.items():
+            _check_finite(seconds / count, run.where(report), path)
             times[path] = times.get(path, 0.0) + seconds
             samples.setdefault(path, [0.0] * i).append(seconds / count)
         for values in samples.values():
@@ -152,7 +187,19 @@ def profile(run: Run, skip_first: int | None) -> Profile:
     divisor = steps or len(kept)
     per = "step" if steps else "report"
     means = {p: t / divisor for p, t in times.items()}
+    for path, seconds in means.items():
+        _check_finite(seconds, run.name, path)
     return Profile(run, means, per, skip, steps, samples)
+
+
+def _check_finite(seconds: float, where: str, path: str) -> None:
+    """Refuse a time the arithmetic turned into infinity or NaN (values near the float
+    range): a diff of it could only hide a change."""
+    if not math.isfinite(seconds):
+        raise CliError(
+            f"{where}: the time of {path!r} comes to {seconds} (its values are too large "
+            "to add up); cannot compare it"
+        )
 
 
 @dataclass(frozen=True)
@@ -198,7 +245,12 @@ class Change:
         seconds; else "" (noise, or too small to matter)."""
         if self.shift is None or abs(self.shift.estimate) < floor:
             return ""
-        return self.shift.beyond(threshold)
+        found = self.shift
+        percents = (found.low_percent, found.high_percent)
+        if not all(p is None or math.isfinite(p) for p in percents):
+            # a baseline too close to zero for a finite percentage: never call it noise
+            return "slower" if found.estimate > 0 else "faster" if found.estimate < 0 else ""
+        return found.beyond(threshold)
 
 
 def compare(a: Profile, b: Profile, min_seconds: float) -> list[Change]:
@@ -384,7 +436,7 @@ def series(reports: Sequence[Report], top: int) -> Series:
     step_ms = None
     if all(report.step_time is not None for report in kept):
         step_ms = [
-            report.step_time.total * 1e3 * interval_factor(report) / report.steps
+            report.step_time.total * 1e3 * interval_factor(report) / (report.steps or 1)
             for report in kept
             if report.step_time is not None
         ]
@@ -670,3 +722,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except Exception as exc:  # a bug, not a regression: never exit 1 (what --fail-above uses)
+        print(
+            f"instrument: error: internal error on this input ({type(exc).__name__}: {exc}); "
+            "please report it with the file",
+            file=sys.stderr,
+        )
+        return 2

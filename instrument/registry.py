@@ -183,6 +183,7 @@ ROOT = PathNode("", None)
 #: Paths in the tree (every node but the root); only changed under ``_lock``.
 _live_paths = 0
 
+
 def _overflow(too_deep: bool) -> PathNode:
     """The ``(overflow)`` top-level path, created on first use; warns once per cap. The
     caller holds ``_lock``."""

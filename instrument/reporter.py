@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from instrument import _state, clocks, config, lifecycle, registry, selfcost, throughput
+from instrument import _state, checks, clocks, config, lifecycle, registry, selfcost, throughput
 from instrument import peak_flops as peaks
 from instrument.distributed.across import CrossRank
 from instrument.distributed.barrier import barrier_with_timeout
@@ -28,7 +28,7 @@ from instrument.regions import frames
 from instrument.regions.region import check_level
 from instrument.regions.warn import warn_once
 from instrument.report import Report, SelfCost
-from instrument.sinks.adapt import as_sink
+from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
 from instrument.throughput import Throughput
 
@@ -196,16 +196,16 @@ class Reporter:
         self.straggler_threshold = _check_threshold(straggler_threshold)
         self.straggler_intervals = _check_intervals(straggler_intervals)
         self._cross: CrossRank | None = None
-        self.group = group
-        self.barrier = bool(barrier)
-        self.barrier_group = barrier_group
-        self.barrier_timeout = barrier_timeout
+        self.group = checks.check_process_group("group", group)
+        self.barrier = checks.check_bool("barrier", barrier)
+        self.barrier_group = checks.check_process_group("barrier_group", barrier_group)
+        self.barrier_timeout = checks.check_timeout("barrier_timeout", barrier_timeout)
         if warmup is None:
             warmup = 2 if self.every is None else min(2, self.every - 1)
         self.warmup = _check_count("warmup", warmup) or 0
         self.flops_per_step = _check_flops(flops_per_step)
-        if peak_flops is not None:
-            _check_flops(peak_flops)
+        if peak_flops is not None and not isinstance(_check_flops(peak_flops), float):
+            raise ValueError(f"peak_flops must be a number > 0 or None, got {peak_flops!r}")
         if peak_dtype not in PEAK_DTYPES:
             raise ValueError(
                 f"unknown peak_dtype {peak_dtype!r}; expected one of 'fp32', 'tf32', 'bf16', "
@@ -213,13 +213,13 @@ class Reporter:
             )
         self.peak_flops = None if peak_flops is None else float(peak_flops)
         self.peak_dtype = peak_dtype
-        self._memory = MemorySampler() if memory else None
+        self._memory = MemorySampler() if checks.check_bool("memory", memory) else None
         self.normalizer = _check_normalizer(normalizer)
         if level is not None:
             check_level(level)
         self.level = level
         self.ranks = _check_ranks(ranks)
-        self._sinks: tuple[Sink, ...] = tuple(as_sink(s) for s in (sinks or ()))
+        self._sinks: tuple[Sink, ...] = as_sinks(sinks)
         self._failed: set[int] = set()
         self._lock = lifecycle.ForkSafeLock()
         self._index = 0

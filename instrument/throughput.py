@@ -43,8 +43,24 @@ class Throughput:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Throughput:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
+        """Inverse of :meth:`to_dict`; ``ValueError`` for a value that is not a number
+        (or ``None`` where one may be unknown)."""
+        values: dict[str, Any] = {}
+        for key in cls.__dataclass_fields__:
+            if key not in data:
+                continue
+            value = data[key]
+            if value is None and key not in _ALWAYS_KNOWN:
+                values[key] = None
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"throughput.{key} must be a number, got {value!r}")
+            else:
+                values[key] = int(value) if key in _COUNTS else float(value)
+        return cls(**values)
+
+
+_COUNTS = frozenset({"steps", "samples", "tokens", "warmup_steps"})
+_ALWAYS_KNOWN = frozenset({"steps", "seconds", "warmup_steps"})
 
 
 def _rate(amount: float | None, seconds: float) -> float | None:

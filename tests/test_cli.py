@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -574,3 +576,156 @@ def test_python_m_instrument_errors(broken: dict[str, Path], case: str, message:
     assert done.stdout == ""
     assert done.stderr.startswith("instrument: error: ")
     assert message in done.stderr
+
+
+# -- hostile input (issue 17, items 17 and 18) ------------------------------------------
+
+
+def edit_reports(path: Path, edit: Callable[[int, dict[str, Any]], object]) -> None:
+    """Rewrite each report line of ``path`` through ``edit(line index, decoded report)``."""
+    lines = path.read_text().splitlines()
+    decoded = [json.loads(line) for line in lines]
+    for i, data in enumerate(decoded):
+        edit(i, data)
+    path.write_text("".join(json.dumps(data) + "\n" for data in decoded))
+
+
+BAD_VALUES = {
+    "too_large": ('"count": 2', '"count": 1e999', "the number 1e999 is out of range"),
+    "digits": ('"count": 2', '"count": ' + "9" * 5000, "an integer of 5000 digits"),
+    "nan": ('"total": 0.01,', '"total": NaN,', "NaN is not a finite number"),
+    "infinity": ('"total": 0.01,', '"total": -Infinity,', "-Infinity is not a finite number"),
+    "nan_text": ('"total": 0.01,', '"total": "nan",', "nodes[0].host.total is nan"),
+    "negative": ('"steps": 2', '"steps": -2', "steps is -2; expected a count >= 0"),
+    "normalizer": ('"normalizer": "steps"', '"normalizer": 0', "normalizer is 0.0; expected"),
+    "throughput": ('"mfu": null', '"mfu": []', "throughput.mfu must be a number, got []"),
+    "empty_path": ('"path": "forward"', '"path": "forward/"', "nodes[0].path is 'forward/'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted([*BAD_VALUES, "nested"]))
+@pytest.mark.parametrize("command", ["show", "diff", "plot", "html"])
+def test_values_no_report_holds_name_file_and_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, command: str
+) -> None:
+    write_run(tmp_path / "good.jsonl", {"forward": 0.01})
+    lines = (tmp_path / "good.jsonl").read_text().replace(": ", ":").splitlines()
+    lines = [json.dumps(json.loads(line)) for line in lines]  # ", " and ": " as in BAD_VALUES
+    if case == "nested":
+        lines[1], message = "[" * 100_000, "JSON nested too deeply"
+    else:
+        old, new, message = BAD_VALUES[case]
+        assert old in lines[1]
+        lines[1] = lines[1].replace(old, new, 1)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    argv = {
+        "show": ["show", bad],
+        "diff": ["diff", tmp_path / "good.jsonl", bad, "--fail-above", "10"],
+        "plot": ["plot", bad, "-o", tmp_path / "x.png"],
+        "html": ["html", bad, "-o", tmp_path / "x.html"],
+    }[command]
+    code, out, err = run_cli(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"instrument: error: {bad}:2: not an instrument report (")
+    assert message in err
+
+
+def test_plot_of_reports_with_a_step_time_but_zero_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path / "run.jsonl", A)
+    edit_reports(tmp_path / "run.jsonl", lambda _, data: data.update(steps=0))
+    code, out, err = run_cli(capsys, "plot", tmp_path / "run.jsonl", "-o", tmp_path / "x.png")
+    assert (code, err) == (0, "")
+    assert out.startswith("wrote ")
+
+
+def test_a_change_without_a_finite_percent_is_never_noise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A baseline too close to zero gives +inf% (and a NaN interval): --fail-above fails."""
+    write_run(tmp_path / "a.jsonl", A, reports=4)
+    write_run(tmp_path / "b.jsonl", A, reports=4)
+
+    def tiny(_: int, data: dict[str, Any]) -> None:
+        node = next(n for n in data["nodes"] if n["path"] == "forward")
+        node["host"]["total"] = node["self"] = 5e-324
+
+    edit_reports(tmp_path / "a.jsonl", tiny)
+    code, out, err = run_cli(capsys, "diff", tmp_path / "a.jsonl", tmp_path / "b.jsonl",
+                             "--fail-above", "10")  # fmt: skip
+    assert code == 1
+    assert full_table(out)["forward"][3:] == ["+inf%", "+inf% [+nan, +nan]", "slower"]
+    assert "forward (+inf%)" in err
+
+
+def test_times_that_overflow_when_added_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_run(tmp_path / "a.jsonl", A, reports=4)
+    write_run(tmp_path / "b.jsonl", A, reports=4)
+
+    def huge(_: int, data: dict[str, Any]) -> None:
+        data["normalizer"] = 1e10
+        next(n for n in data["nodes"] if n["path"] == "forward")["host"]["total"] = 1e308
+
+    edit_reports(tmp_path / "b.jsonl", huge)
+    code, out, err = run_cli(capsys, "diff", tmp_path / "a.jsonl", tmp_path / "b.jsonl",
+                             "--fail-above", "10")  # fmt: skip
+    assert (code, out) == (2, "")
+    assert err == (
+        f"instrument: error: {tmp_path / 'b.jsonl'}:2: the time of 'forward' comes to inf "
+        "(its values are too large to add up); cannot compare it\n"
+    )
+
+
+def test_names_with_a_newline_print_escaped_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_run(tmp_path / "a.jsonl", {"forward": 0.01})
+    write_run(tmp_path / "b.jsonl", {"forward": 0.01})
+    rename = {"forward": "for\nward\x00"}
+    for name in ("a.jsonl", "b.jsonl"):
+        edit_reports(tmp_path / name, lambda _, data: [n.update(path=rename.get(n["path"],
+                     n["path"])) for n in data["nodes"]])  # fmt: skip
+    code, out, _ = run_cli(capsys, "show", tmp_path / "a.jsonl")
+    assert code == 0
+    assert tree_row(out, "'for\\nward\\x00'")[:2] == ["10.000", "90.9"]
+    code, out, _ = run_cli(capsys, "diff", tmp_path / "a.jsonl", tmp_path / "b.jsonl")
+    assert code == 0
+    assert list(table(out)) == ["(step)", "'for\\nward\\x00'", "(other)"]
+
+
+def test_regions_named_like_the_diffs_own_rows_stay_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_run(tmp_path / "a.jsonl", {"(step)": 0.010, "(other)": 0.002, "'(step)'": 0.004})
+    code, out, _ = run_cli(capsys, "diff", tmp_path / "a.jsonl", tmp_path / "a.jsonl")
+    assert code == 0
+    rows = table(out)
+    assert rows["(step)"][:2] == ["17.000", "17.000"]  # the step: 10 + 2 + 4 + 1 ms
+    assert rows["(other)"][:2] == ["1.000", "1.000"]  # time in no region
+    assert rows["'(step)'"][:2] == ["10.000", "10.000"]  # the user's regions
+    assert rows["'(other)'"][:2] == ["2.000", "2.000"]
+    assert rows["\"'(step)'\""][:2] == ["4.000", "4.000"]
+
+
+def test_a_bug_on_some_input_exits_2_not_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit 1 means "slower" to CI: an unexpected exception must never produce it."""
+    write_run(tmp_path / "a.jsonl", A)
+
+    def broken(*_: object) -> list[cli.Change]:
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(cli, "compare", broken)
+    code, out, err = run_cli(capsys, "diff", tmp_path / "a.jsonl", tmp_path / "a.jsonl",
+                             "--fail-above", "10")  # fmt: skip
+    assert (code, out) == (2, "")
+    assert err == (
+        "instrument: error: internal error on this input (ZeroDivisionError: float division "
+        "by zero); please report it with the file\n"
+    )

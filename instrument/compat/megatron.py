@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; annotations only, so no runtime import
     from typing_extensions import Self
 
-from instrument import _state
+from instrument import _state, checks
 from instrument.compat.clock import sync_device as _sync_device
 from instrument.compat.errors import (
     TimerArgumentError,
@@ -179,7 +179,7 @@ class Timer(TimerBase):
         self._started = False
         self._start_ns = 0
         self._barrier_group: Any = None
-        self._barrier_timeout = barrier_timeout
+        self._barrier_timeout = checks.check_timeout("barrier_timeout", barrier_timeout)
         self._feed = RegistryFeed(name) if feeds_registry(to_registry) else None
 
     def set_barrier_group(self, barrier_group: Any) -> None:
@@ -321,7 +321,7 @@ class Timers:
             )
         self._log_option = log_option
         self._to_registry = feeds_registry(to_registry)
-        self._barrier_timeout = barrier_timeout
+        self._barrier_timeout = checks.check_timeout("barrier_timeout", barrier_timeout)
         self._timers: dict[str, Timer] = {}
         self._log_levels: dict[str, int] = {}
         self._dummy_timer = DummyTimer()

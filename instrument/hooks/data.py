@@ -111,6 +111,11 @@ def data(iterable: Iterable[T], name: str = "data", *, clock: object = None) -> 
         >>> for batch in instrument.data(loader):     # "data" = time spent waiting for batches
         ...     train_step(batch)
     """
+    if not isinstance(iterable, Iterable):
+        raise TypeError(
+            f"instrument.data needs an iterable (a DataLoader, a list, a generator), got "
+            f"{iterable!r}"
+        )
     region = region_for(name, clock)
     if isinstance(iterable, Iterator):
         return TimedIterator(iterable, region)
@@ -175,6 +180,8 @@ def time_in_place(
     wrap those with ``instrument.data(...)`` instead. Warns once when the loader is already
     being iterated (an iterator made before cannot be timed).
     """
+    if on_batch is not None and not callable(on_batch):
+        raise TypeError(f"on_batch must be a function taking a batch or None, got {on_batch!r}")
     cls = type(loader)
     if cls in _subclasses.values():
         raise RuntimeError(f"this {cls.__name__} is already timed; remove() the first handle")

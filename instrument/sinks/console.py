@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from instrument import checks
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 from instrument.tree import render_text
@@ -42,8 +43,8 @@ class Console(Sink):
         unicode: bool | None = None,
         ranks: RankFilter = 0,
     ) -> None:
-        self.stream = stream
-        self.unicode = unicode
+        self.stream = checks.check_writable_stream("Console stream", stream)
+        self.unicode = checks.check_optional_bool("Console unicode", unicode)
         self.ranks = check_rank_filter(ranks)
 
     def write(self, report: Report) -> None:

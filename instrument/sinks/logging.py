@@ -32,9 +32,18 @@ class Logging(Sink):
         ranks: RankFilter = 0,
     ) -> None:
         self.ranks = check_rank_filter(ranks)
+        if not isinstance(logger, str) and not all(
+            callable(getattr(logger, method, None)) for method in ("log", "isEnabledFor")
+        ):
+            raise TypeError(
+                f"Logging logger must be a logging.Logger (or LoggerAdapter) or a logger's "
+                f"name, got {logger!r}"
+            )
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
-        if not isinstance(level, int):
-            raise ValueError(f"level must be a logging level int, got {level!r}")
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise TypeError(
+                f"Logging level must be a logging level int (e.g. logging.INFO), got {level!r}"
+            )
         self.level = level
 
     def write(self, report: Report) -> None:
