@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+from instrument._warn import warn_once
 
 CLOCKS = ("auto", "cpu", "cuda", "sync")
 
@@ -32,15 +33,6 @@ class Clock(Protocol):
 
     def now_ns(self) -> int:
         """Return the current time in integer nanoseconds."""
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def in_bad_fork() -> bool:
@@ -85,10 +77,11 @@ def resolve(clock: object, *, warn: bool = True) -> tuple[str, Callable[[], int]
         return "cpu", time.perf_counter_ns
     if clock in ("cuda", "sync") and not cuda.is_available():
         if warn:
-            _warn_once(
-                clock,
+            warn_once(
+                f"clock:{clock}",
                 f"instrument: clock={clock!r} asked for but CUDA is not available; "
                 "using the host clock ('cpu') instead",
+                stacklevel=4,
             )
         return "cpu", time.perf_counter_ns
     return clock, time.perf_counter_ns

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import collections
 import threading
-import warnings
 from typing import Any
 
 import torch
+
+from instrument._warn import warn_once
 
 #: The default capacity of the trace ring (events; ~100 bytes each).
 TRACE_CAPACITY = 200_000
@@ -46,7 +47,6 @@ profiling = False
 # the trace's device start event and its (device, stream) or None)
 _open: dict[tuple[Any, int], tuple[bool, Any, Any]] = {}
 _get_native_id = threading.get_native_id
-_warned: set[str] = set()
 
 
 def _device_event() -> Any:
@@ -183,13 +183,12 @@ def add_nvtx_region(region: Any) -> None:
 
 
 def _check_nvtx() -> None:
-    if not nvtx_available() and "nvtx" not in _warned:
-        _warned.add("nvtx")
-        warnings.warn(
+    if not nvtx_available():
+        warn_once(
+            "nvtx",
             "instrument: NVTX ranges need a CUDA build of torch (torch.cuda.nvtx); "
             "regions run without them",
-            RuntimeWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
 
 
@@ -231,7 +230,6 @@ def reset() -> None:
     trace, nvtx_all = None, False
     nvtx_regions.clear()
     _open.clear()
-    _warned.clear()
 
 
 _wrap_profiler_callbacks()

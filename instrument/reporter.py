@@ -468,7 +468,7 @@ def _warn_unmeasured(
     reporter: Reporter, flops: float | None, peak: float | None, steps: int
 ) -> None:
     """Say once why a report has no TFLOP/s or no MFU, and how to get them."""
-    from instrument.region import warn_once
+    from instrument._warn import warn_once
 
     if reporter.flops_per_step == "auto" and steps > 2:
         warn_once(
@@ -496,7 +496,7 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
     if not reporter.ticked_by_optimizer:
         reporter.step(samples=samples, tokens=tokens)
         return
-    from instrument.region import warn_once
+    from instrument._warn import warn_once
 
     warn_once(
         "reporter:double-step",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from instrument import _state, clocks, config, observe, region, registry, reporter
+from instrument import _state, _warn, config, observe, region, registry, reporter
 from instrument.auto import installed_handles
 from instrument.compat import feed as compat_feed
 from instrument.report import Report
@@ -90,4 +90,4 @@ def reset() -> None:
     registry.clear()
     region._set(region.ROOT_FRAME)
     region._warned.clear()
-    clocks._warned.clear()
+    _warn.reset()

@@ -13,7 +13,8 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from instrument.region import Region, abandon, region_for, warn_once
+from instrument._warn import warn_once
+from instrument.region import Region, abandon, region_for
 
 T = TypeVar("T")
 #: Called with each batch handed out (after its ``data`` region closed).

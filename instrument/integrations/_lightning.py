@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from instrument import clocks, registry
+from instrument._warn import warn_once
 from instrument.auto import AutoHandle, auto
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
@@ -41,7 +42,6 @@ from instrument.region import (
     check_level,
     region_for,
     timer,
-    warn_once,
 )
 from instrument.report import Report
 from instrument.reporter import (
