@@ -22,9 +22,9 @@ import torch
 
 from instrument import _state, clocks, config, registry, throughput
 from instrument.memory import MemorySampler
+from instrument.rank import rank_and_world
 from instrument.report import Node, Report
 from instrument.sinks.base import Sink, as_sink
-from instrument.sinks.files import rank_and_world
 from instrument.stats import Accumulator, Stats
 from instrument.throughput import Throughput
 

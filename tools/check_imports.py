@@ -80,7 +80,9 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _statements(tree: ast.AST, kind: str = "module") -> Iterator[tuple[ast.AST, str]]:
+def _statements(
+    tree: ast.AST, kind: str = "module"
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
     """Every import statement under ``tree`` with the kind of the place it is written in."""
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
