@@ -44,17 +44,6 @@ def configure(*, clock: object = _UNSET, level: int | None = _UNSET, nvtx: bool 
     region.apply_all()
 
 
-def current() -> dict[str, Any]:
-    """The configuration now in force: ``{"clock", "mode", "level", "enabled", "nvtx"}``."""
-    return {
-        "clock": _state.requested_clock,
-        "mode": _state.mode,
-        "level": _state.level,
-        "enabled": _state.enabled,
-        "nvtx": observe.nvtx_all,
-    }
-
-
 def refresh_auto_clock() -> None:
     """Re-resolve ``clock="auto"`` (CUDA may have been initialised since). Cheap; run at flush."""
     if _state.requested_clock == "auto":

@@ -353,11 +353,6 @@ def install() -> Callable[[], None]:
     return undo
 
 
-def installed() -> bool:
-    """True while at least one :func:`install` is live."""
-    return _installs > 0
-
-
 # -- DDP ----------------------------------------------------------------------------------
 
 
