@@ -160,12 +160,6 @@ def stop_trace(owner: object) -> None:
         _reapply()
 
 
-def trace_dropped() -> int:
-    """Events recorded since tracing started that the ring no longer holds (a reader that
-    takes events out of the ring keeps its own count)."""
-    return 0 if trace is None else max(trace_recorded - len(trace), 0)
-
-
 def set_nvtx(enabled: bool) -> None:
     """NVTX ranges for every region (``configure(nvtx=...)``); warns once without NVTX."""
     global nvtx_all
