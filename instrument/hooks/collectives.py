@@ -5,7 +5,7 @@
 region named after the function, nested under whatever region is open
 ("backward/all_reduce"); an asynchronous one (``async_op=True``, ``isend``/``irecv``,
 ``batch_isend_irecv``) is a :class:`~instrument.region.Span` from the call until its work's
-``wait()`` returns. Each call also counts the bytes it moves, in nccl-tests' "size"
+``wait()`` returns, on a path of its own, ``"<name> (async)"``, marked concurrent. Each call also counts the bytes it moves, in nccl-tests' "size"
 convention (see :data:`BUFFERS`), read from ``numel() * element_size()`` — nothing here
 waits on, synchronizes or reads the device.
 
@@ -18,7 +18,7 @@ Example:
     >>> with instrument.timed("backward"):
     ...     dist.all_reduce(grad)          # recorded as "backward/all_reduce", with its bytes
     >>> work = dist.all_reduce(grad, async_op=True)
-    >>> work.wait()                        # "all_reduce" (concurrent): call -> wait()
+    >>> work.wait()                        # "all_reduce (async)" (concurrent): call -> wait()
     >>> undo()                             # the exact original functions are back
 """
 
