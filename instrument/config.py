@@ -1,7 +1,9 @@
 """``configure()``, ``enable()``, ``disable()``: the process-wide switches.
 
 Each change is resolved once, here, and pushed into the live regions (see
-:func:`instrument.region.apply_all`), so the hot path never re-checks a setting.
+:func:`instrument.region.apply_all`), so the hot path never re-checks a setting. The
+switches of :mod:`instrument.observe` (a trace sink opened, a profiler started, NVTX for
+one region) are pushed the same way: this module hands it ``apply_all``.
 """
 
 from __future__ import annotations
@@ -80,3 +82,4 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+observe.on_switch(region.apply_all)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -81,10 +82,20 @@ def watches(region: Any) -> bool:
     )
 
 
-def _reapply() -> None:
-    from instrument import region
+def _nothing() -> None:
+    pass
 
-    region.apply_all()
+
+#: Run after a switch changes which regions must be observed: :mod:`instrument.config`
+#: hands in the function that gives every live region its class again (the regions import
+#: this module; it never imports them).
+_reapply: Callable[[], None] = _nothing
+
+
+def on_switch(reapply: Callable[[], None]) -> None:
+    """Call ``reapply`` whenever a switch here turns watching on or off."""
+    global _reapply
+    _reapply = reapply
 
 
 # -- the hot path of observed regions (only while something watches) ----------------------

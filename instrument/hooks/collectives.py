@@ -5,9 +5,10 @@
 region named after the function, nested under whatever region is open
 ("backward/all_reduce"); an asynchronous one (``async_op=True``, ``isend``/``irecv``,
 ``batch_isend_irecv``) is a :class:`~instrument.region.Span` from the call until its work's
-``wait()`` returns, on a path of its own, ``"<name> (async)"``, marked concurrent. Each call also counts the bytes it moves, in nccl-tests' "size"
-convention (see :data:`BUFFERS`), read from ``numel() * element_size()`` — nothing here
-waits on, synchronizes or reads the device.
+``wait()`` returns, on a path of its own, ``"<name> (async)"``, marked concurrent. Each call
+also counts the bytes it moves, in nccl-tests' "size" convention (see :data:`BUFFERS`),
+read from ``numel() * element_size()`` — nothing here waits on, synchronizes or reads the
+device.
 
 DDP all-reduces gradients in C++, out of the patches' sight: :func:`hook_ddp` registers
 :func:`timed_comm_hook`, which times each bucket from the hook call until its future
