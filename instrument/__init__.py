@@ -9,7 +9,10 @@ from instrument.auto import AutoHandle, auto
 from instrument.clocks import Clock
 from instrument.config import configure, disable, enable, is_enabled
 from instrument.hooks.data import data
-from instrument.region import Region, Timer, current_path, timed, timer
+from instrument.regions.frames import current_path
+from instrument.regions.region import Region
+from instrument.regions.timed import timed
+from instrument.regions.timer import Timer, timer
 from instrument.report import Node, Report
 from instrument.reporter import Reporter, count, step
 from instrument.stats import Stats

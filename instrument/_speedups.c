@@ -1,5 +1,5 @@
 /* The hot path in C: path-node statistics, host-clock region enter/exit, and the
- * decorator's call wrapper. Optional: instrument/registry.py and instrument/region.py
+ * decorator's call wrapper. Optional: instrument/registry.py and instrument/regions/
  * hold the pure-Python equivalents, used when this module is missing or when
  * INSTRUMENT_NO_EXTENSIONS=1. Both give the same numbers (same histogram buckets).
  *
@@ -18,7 +18,7 @@
 #define MANTISSA_SHIFT 49             /* keep the exponent and top 3 mantissa bits */
 #define ONE_KEY ((int64_t)1023 << 3)  /* (bits of 1.0) >> MANTISSA_SHIFT */
 
-/* Bound once by bind(): the frame context variable, the host clock that may be read
+/* Bound once by bind_stack() and bind(): the frame context variable, the host clock that may be read
  * directly, the region classes, and the node base type for children created in Python. */
 static PyObject *frame_var = NULL;
 static PyObject *root_frame = NULL;
@@ -248,7 +248,7 @@ static PyTypeObject NodeType = {
  * kept in the context variable, so every task has its own stack; a task that has not
  * opened a region yet nests under the regions open in the plain code around it
  * (asyncio.run() inside a region). bind_thread_stack() turns the thread-local part on
- * once the layout check in region.py has passed; until then only the variable is used. */
+ * once the layout check in regions/native.py has passed; until then only the variable is used. */
 
 #ifdef Py_GIL_DISABLED
 #error "the C hot path relies on the GIL; free-threaded builds use the pure-Python path"
@@ -580,7 +580,7 @@ Region_dealloc(RegionObject *self)
 static PyTypeObject RegionType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "instrument._speedups.RegionBase",
-    .tp_doc = "Fields and host-clock enter/exit of a region (see instrument.region.Region).",
+    .tp_doc = "Fields and host-clock enter/exit of a region (see instrument.regions.region.Region).",
     .tp_basicsize = sizeof(RegionObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -856,21 +856,31 @@ static PyTypeObject DispatchType = {
 /* -- module ---------------------------------------------------------------------------- */
 
 static PyObject *
-bind(PyObject *module, PyObject *args)
+bind_stack(PyObject *module, PyObject *args)
 {
-    PyObject *var, *root, *clock, *cpu, *skipped;
-    if (!PyArg_ParseTuple(args, "OO!OO!O!:bind", &var, &PyTuple_Type, &root, &clock,
-                          &PyType_Type, &cpu, &PyType_Type, &skipped)) {
+    PyObject *var, *root;
+    if (!PyArg_ParseTuple(args, "OO!:bind_stack", &var, &PyTuple_Type, &root)) {
         return NULL;
     }
     if (!PyContextVar_CheckExact(var)) {
-        PyErr_SetString(PyExc_TypeError, "bind() needs the frame ContextVar");
+        PyErr_SetString(PyExc_TypeError, "bind_stack() needs the frame ContextVar");
         return NULL;
     }
     Py_INCREF(var);
     Py_XSETREF(frame_var, var);
     Py_INCREF(root);
     Py_XSETREF(root_frame, root);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+bind(PyObject *module, PyObject *args)
+{
+    PyObject *clock, *cpu, *skipped;
+    if (!PyArg_ParseTuple(args, "OO!O!:bind", &clock, &PyType_Type, &cpu, &PyType_Type,
+                          &skipped)) {
+        return NULL;
+    }
     Py_INCREF(clock);
     Py_XSETREF(perf_counter_ns, clock);
     Py_INCREF(cpu);
@@ -891,9 +901,11 @@ bucket(PyObject *module, PyObject *arg)
 }
 
 static PyMethodDef module_methods[] = {
+    {"bind_stack", bind_stack, METH_VARARGS,
+     "bind_stack(frame_var, root_frame): the context variable holding the innermost frame."},
     {"bind", bind, METH_VARARGS,
-     "bind(frame_var, root_frame, perf_counter_ns, CpuRegion, SkippedRegion): wire up the "
-     "hot path."},
+     "bind(perf_counter_ns, CpuRegion, SkippedRegion): the clock read directly and the "
+     "region classes of the call wrapper."},
     {"get_top", get_top, METH_NOARGS, "The innermost frame of this thread or task."},
     {"set_top", set_top, METH_O, "Make a frame the innermost of this thread or task."},
     {"context_run_active", context_run_active, METH_NOARGS,
@@ -907,7 +919,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "instrument._speedups",
-    .m_doc = "Optional C hot path of instrument (pure-Python fallback in region/registry).",
+    .m_doc = "Optional C hot path of instrument (pure-Python fallback in regions/registry).",
     .m_size = -1,
     .m_methods = module_methods,
 };

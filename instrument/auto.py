@@ -19,7 +19,7 @@ from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
 from instrument.hooks import optim as optim_hooks
 from instrument.hooks import training as training_hooks
-from instrument.region import check_level
+from instrument.regions.region import check_level
 from instrument.reporter import Reporter
 from instrument.sinks.console import Console
 

@@ -1,7 +1,7 @@
 """``configure()``, ``enable()``, ``disable()``: the process-wide switches.
 
 Each change is resolved once, here, and pushed into the live regions (see
-:func:`instrument.region.apply_all`), so the hot path never re-checks a setting. The
+:func:`instrument.regions.region.apply_all`), so the hot path never re-checks a setting. The
 switches of :mod:`instrument.observe` (a trace sink opened, a profiler started, NVTX for
 one region) are pushed the same way: this module hands it ``apply_all``.
 """
@@ -13,7 +13,8 @@ import threading
 import time
 from typing import Any
 
-from instrument import _state, clocks, observe, region
+from instrument import _state, clocks, observe
+from instrument.regions import region
 
 _UNSET: Any = object()
 

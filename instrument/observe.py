@@ -2,7 +2,7 @@
 ``torch.profiler`` ranges.
 
 All three are off by default and then cost nothing: a region is swapped to an *observed*
-class (see :func:`instrument.region.apply`) only while
+class (see :func:`instrument.regions.region.apply`) only while
 
 - a :class:`~instrument.sinks.ChromeTrace` sink is open (every region appends one event to
   a bounded ring, :data:`trace`),

@@ -237,7 +237,7 @@ def closed_elsewhere(node: PathNode, t0: int) -> None:
 
 def open_calls(top: Any) -> list[OpenCall]:
     """The calls open in a context, innermost first, from its top frame
-    ``(node, t0, parent_frame, owner, event)`` (``instrument.region``'s frame stack), each
+    ``(node, t0, parent_frame, owner, event)`` (``instrument.regions.frames``' stack), each
     with the current time of its region's clock. Frames that time nothing (an anchor that
     only sets a parent path) and calls already closed elsewhere are left out."""
     out: list[OpenCall] = []

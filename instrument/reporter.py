@@ -237,7 +237,7 @@ class Reporter:
         self._memory = MemorySampler() if memory else None
         self.normalizer = _check_normalizer(normalizer)
         if level is not None:
-            from instrument.region import check_level
+            from instrument.regions.region import check_level
 
             check_level(level)
         self.level = level
@@ -339,9 +339,9 @@ class Reporter:
 
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
-        from instrument import region
+        from instrument.regions import frames
 
-        collected = registry.collect(registry.open_calls(region._get()))
+        collected = registry.collect(registry.open_calls(frames._get()))
         steps, step_ns = self._steps, self._step_ns
         rates = self._throughput(step_ns)
         memory = self._memory.sample() if self._memory is not None else {}

@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from instrument import _state, _warn, config, observe, region, registry, reporter
+from instrument import _state, _warn, config, observe, registry, reporter
 from instrument.auto import installed_handles
 from instrument.compat import feed as compat_feed
+from instrument.regions import frames
 from instrument.report import Report
 from instrument.sinks.memory import InMemory
 
@@ -88,6 +89,5 @@ def reset() -> None:
     compat_feed.to_registry(False)
     config.configure(clock="auto")
     registry.clear()
-    region._set(region.ROOT_FRAME)
-    region._warned.clear()
+    frames._set(frames.ROOT_FRAME)
     _warn.reset()

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import instrument
-from instrument.region import ROOT_FRAME, _get
+from instrument.regions.frames import ROOT_FRAME, _get
 from instrument.sinks import InMemory
 from instrument.testing import FakeClock
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import instrument
-from instrument.region import Span
+from instrument.regions.span import Span
 from instrument.testing import FakeClock
 from instrument.tree import rows
 

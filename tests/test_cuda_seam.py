@@ -14,7 +14,7 @@ from fake_cuda import FakeCuda, fake_cuda
 
 import instrument
 from instrument import clocks, config, registry
-from instrument.region import ROOT
+from instrument.registry import ROOT
 from instrument.testing import FakeClock
 
 

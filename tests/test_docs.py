@@ -479,7 +479,7 @@ def test_every_public_name_is_in_the_api_reference() -> None:
 
 def test_regions_and_sinks_expose_only_their_documented_members() -> None:
     import instrument
-    from instrument.region import CpuRegion, SkippedRegion
+    from instrument.regions.region import CpuRegion, SkippedRegion
 
     documented = {"name", "clock", "level", "mode"}
     for region in (instrument.timed("x"), CpuRegion("x"), SkippedRegion("x")):

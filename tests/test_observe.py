@@ -12,7 +12,7 @@ import torch
 
 import instrument
 from instrument import observe
-from instrument.region import CpuRegion, ObservedCpuRegion
+from instrument.regions.region import CpuRegion, ObservedCpuRegion
 
 
 def profiled_names(prof: torch.profiler.profile) -> list[str]:

@@ -328,7 +328,7 @@ def test_a_flush_from_another_thread_keeps_the_carry_of_this_threads_open_call(
 
 
 def test_an_abandoned_open_call_leaves_no_carry_behind(clock: FakeClock) -> None:
-    from instrument.region import abandon
+    from instrument.regions.frames import abandon
 
     reporter = instrument.Reporter(every=None)
     data = instrument.timer("data")

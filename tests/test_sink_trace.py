@@ -13,7 +13,7 @@ from distributed_helpers import run_ranks
 
 import instrument
 from instrument import observe
-from instrument.region import CpuRegion, ObservedCpuRegion
+from instrument.regions.region import CpuRegion, ObservedCpuRegion
 from instrument.sinks import ChromeTrace, trace
 from instrument.testing import FakeClock
 

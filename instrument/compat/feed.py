@@ -8,7 +8,7 @@ milliseconds, ...) are unchanged.
 
 from __future__ import annotations
 
-from instrument.region import Timer, timer
+from instrument.regions.timer import Timer, timer
 
 _default = False
 

@@ -50,7 +50,7 @@ from instrument.distributed.barrier import barrier_with_timeout
 from instrument.distributed.gather import active, gather_totals, union_of_paths
 from instrument.hooks.collectives import suppressed
 from instrument.rank import rank_and_world
-from instrument.region import BARRIER_TIMEOUT
+from instrument.regions.timed import BARRIER_TIMEOUT
 
 __all__ = [
     "DummyTimer",

@@ -24,7 +24,7 @@ from instrument.compat.megatron import (
     TimerBase,
     TimerStateError,
 )
-from instrument.region import BARRIER_TIMEOUT
+from instrument.regions.timed import BARRIER_TIMEOUT
 
 __all__ = [
     "DummyTimer",

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from instrument.hooks import patches
-from instrument.region import _get, region_for
+from instrument.regions.frames import _get
+from instrument.regions.region import region_for
 from instrument.registry import ROOT, PathNode
 
 compiling = torch.compiler.is_compiling

@@ -24,7 +24,8 @@ import torch
 import torch.utils.checkpoint as torch_checkpoint
 
 from instrument.hooks import patches
-from instrument.region import ROOT_FRAME, Frame, Region, _get, _set, region_for
+from instrument.regions.frames import ROOT_FRAME, Frame, _get, _set
+from instrument.regions.region import Region, region_for
 from instrument.registry import ROOT, PathNode
 
 compiling = torch.compiler.is_compiling

@@ -4,11 +4,11 @@
 ``torch.distributed`` and ``torch.distributed.distributed_c10d``. A synchronous call is a
 region named after the function, nested under whatever region is open
 ("backward/all_reduce"); an asynchronous one (``async_op=True``, ``isend``/``irecv``,
-``batch_isend_irecv``) is a :class:`~instrument.region.Span` from the call until its work's
-``wait()`` returns, on a path of its own, ``"<name> (async)"``, marked concurrent. Each call
-also counts the bytes it moves, in nccl-tests' "size" convention (see :data:`BUFFERS`),
-read from ``numel() * element_size()`` — nothing here waits on, synchronizes or reads the
-device.
+``batch_isend_irecv``) is a :class:`~instrument.regions.span.Span` from the call until its
+work's ``wait()`` returns, on a path of its own, ``"<name> (async)"``, marked concurrent.
+Each call also counts the bytes it moves, in nccl-tests' "size" convention (see
+:data:`BUFFERS`), read from ``numel() * element_size()`` — nothing here waits on,
+synchronizes or reads the device.
 
 DDP all-reduces gradients in C++, out of the patches' sight: :func:`hook_ddp` registers
 :func:`timed_comm_hook`, which times each bucket from the hook call until its future
@@ -38,7 +38,10 @@ import wrapt
 
 from instrument import registry
 from instrument.hooks.patches import patch
-from instrument.region import Span, _get, check_name, timed
+from instrument.regions.frames import _get
+from instrument.regions.region import check_name
+from instrument.regions.span import Span
+from instrument.regions.timed import timed
 from instrument.registry import ROOT, PathNode
 
 try:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from instrument._warn import warn_once
-from instrument.region import Region, abandon, region_for
+from instrument.regions.frames import abandon
+from instrument.regions.region import Region, region_for
 
 T = TypeVar("T")
 #: Called with each batch handed out (after its ``data`` region closed).

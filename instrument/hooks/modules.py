@@ -34,7 +34,8 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from instrument.hooks import patches
-from instrument.region import ROOT_FRAME, Frame, Region, _get, _set, region_for
+from instrument.regions.frames import ROOT_FRAME, Frame, _get, _set
+from instrument.regions.region import Region, region_for
 from instrument.registry import ROOT, PathNode
 
 Pattern = str | type[nn.Module]

@@ -28,7 +28,9 @@ import wrapt
 
 from instrument import clocks, observe
 from instrument.hooks import patches
-from instrument.region import Frame, _close, _get, _set, abandon, decorate, region_for
+from instrument.regions.decorators import decorate
+from instrument.regions.frames import Frame, _close, _get, _set, abandon
+from instrument.regions.region import region_for
 
 compiling = torch.compiler.is_compiling
 

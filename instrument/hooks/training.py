@@ -16,7 +16,8 @@ from torch import nn
 
 from instrument.hooks import patches
 from instrument.hooks.modules import held_module
-from instrument.region import Region, decorate, region_for
+from instrument.regions.decorators import decorate
+from instrument.regions.region import Region, region_for
 
 compiling = torch.compiler.is_compiling
 

@@ -34,15 +34,9 @@ from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
 from instrument.hooks.optim import _resumed
 from instrument.integrations.figures import LOG_MODES, figures
-from instrument.region import (
-    Region,
-    Timer,
-    _get,
-    _set,
-    check_level,
-    region_for,
-    timer,
-)
+from instrument.regions.frames import _get, _set
+from instrument.regions.region import Region, check_level, region_for
+from instrument.regions.timer import Timer, timer
 from instrument.report import Report
 from instrument.reporter import (
     Reporter,

@@ -1,0 +1,175 @@
+"""Decorators: time each call of a function — each resumption, for generators — as a region.
+
+:func:`decorate` picks the wrapper by the kind of function (plain, coroutine, generator,
+async generator) and wraps it with ``wrapt`` so methods, classmethods and staticmethods keep
+working. Every wrapper opens and closes a frame through :mod:`instrument.regions.frames`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncGenerator, Callable, Generator
+from typing import Any, TypeVar
+
+import wrapt
+
+from instrument.regions import native
+from instrument.regions.frames import _close, _get, _set
+from instrument.regions.region import CPU, CpuRegion, Region, region_for
+from instrument.registry import CHUNK, fold
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def decorate(func: F, region: Region) -> F:
+    """Wrap ``func`` (function, method, classmethod, staticmethod, coroutine or generator
+    function) so that each call — each resumption, for generators — is timed as ``region``."""
+    target = getattr(func, "__func__", func)
+    if inspect.iscoroutinefunction(target):
+        wrapper = _async_wrapper(region)
+    elif inspect.isasyncgenfunction(target):
+        wrapper = _async_generator_wrapper(region)
+    elif inspect.isgeneratorfunction(target):
+        wrapper = _generator_wrapper(region)
+    else:
+        wrapper = _sync_wrapper(region)
+    # With the C path, wrapt itself calls ``func`` directly while the region is skipped.
+    enabled = native.enabled_flag(region)
+    return wrapt.FunctionWrapper(func, wrapper, enabled)  # type: ignore[return-value]
+
+
+class _NamedByFunction:
+    """``timed()`` / ``timed(clock=...)`` with no name: a decorator naming by ``__qualname__``."""
+
+    __slots__ = ("clock", "level")
+
+    def __init__(self, clock: object, level: int) -> None:
+        self.clock = clock
+        self.level = level
+
+    def __call__(self, func: F) -> F:
+        return decorate(func, region_for(_qualname(func), self.clock, self.level))
+
+    def __enter__(self) -> None:
+        raise TypeError("timed() needs a name when used as a context manager: timed('name')")
+
+    def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
+
+def _qualname(func: Any) -> str:
+    target = getattr(func, "__func__", func)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"cannot name a region after {func!r}; pass timed('name') explicitly")
+    return name.replace("/", ".")
+
+
+def _is_decoratable(obj: object) -> bool:
+    return callable(obj) or isinstance(obj, (classmethod, staticmethod))
+
+
+def _sync_wrapper(region: Region) -> Callable[..., Any]:
+    fast = native.sync_wrapper(region)  # the C CallTimer does what ``wrapper`` below does
+    if fast is not None:
+        return fast
+    name = region.name
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        r = region
+        if r.__class__ is not CpuRegion:
+            if r.mode is None:
+                return wrapped(*args, **kwargs)
+            return r._call(wrapped, args, kwargs)
+        parent = _get()
+        node = parent[0].children.get(name)
+        if node is None:
+            node = parent[0].child(name, r.level, CPU)
+        now = r._now
+        t0 = now()
+        _set((node, t0, parent, r, None))
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            t1 = now()
+            _set(parent)
+            buf = node.buf
+            buf.append(t1 - t0)
+            if len(buf) >= CHUNK:
+                fold(node)
+
+    return wrapper
+
+
+def _async_wrapper(region: Region) -> Callable[..., Any]:
+    async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        frame = region._open()
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            if frame is not None:
+                _close(frame)
+
+    return wrapper
+
+
+def _generator_wrapper(region: Region) -> Callable[..., Any]:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        return _timed_generator(region, wrapped(*args, **kwargs))
+
+    return wrapper
+
+
+def _timed_generator(region: Region, gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+    """Drive ``gen``, timing each resumption (each ``next``/``send``/``throw``) as ``region``."""
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        frame = region._open()
+        try:
+            item = gen.send(sent) if thrown is None else gen.throw(thrown)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            if frame is not None:
+                _close(frame)
+        try:
+            sent = yield item
+            thrown = None
+        except GeneratorExit:
+            gen.close()
+            raise
+        except BaseException as exc:  # forwarded into the generator, as yield-from does
+            sent, thrown = None, exc
+
+
+def _async_generator_wrapper(region: Region) -> Callable[..., Any]:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        return _timed_async_generator(region, wrapped(*args, **kwargs))
+
+    return wrapper
+
+
+async def _timed_async_generator(
+    region: Region, agen: AsyncGenerator[Any, Any]
+) -> AsyncGenerator[Any, Any]:
+    """Drive ``agen``, timing each resumption as ``region``."""
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        frame = region._open()
+        try:
+            item = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+        except StopAsyncIteration:
+            return
+        finally:
+            if frame is not None:
+                _close(frame)
+        try:
+            sent = yield item
+            thrown = None
+        except GeneratorExit:
+            await agen.aclose()
+            raise
+        except BaseException as exc:
+            sent, thrown = None, exc

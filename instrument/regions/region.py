@@ -1,0 +1,314 @@
+"""Region objects: what ``timed(name)`` returns, one cached object per key.
+
+Each ``timed(name, clock=, level=)`` key resolves to one cached region object whose class
+says what it does under the current configuration (:class:`CpuRegion`,
+:class:`CudaRegion`, :class:`SyncRegion`, or :class:`SkippedRegion` when disabled or above
+the configured level). ``configure()``, ``enable()`` and ``disable()`` swap the classes of
+the live regions, so nothing is decided per call that could be decided once. How a region
+enters and exits the stack of its context is defined in :mod:`instrument.regions.frames`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from instrument import _state, clocks, observe
+from instrument._warn import warn_once
+from instrument.regions import native
+from instrument.regions.frames import Frame, _close, _get, _set
+from instrument.registry import CHUNK, fold
+
+F = TypeVar("F", bound=Callable[..., Any])
+CPU = "cpu"
+
+_lock = threading.Lock()
+
+
+def check_name(name: object) -> str:
+    """Validate a region name: a non-empty string without '/'."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"region name must be a non-empty string, got {name!r}")
+    if "/" in name:
+        raise ValueError(
+            f"region name {name!r} contains '/'; '/' separates path levels, "
+            "so nest regions instead (timed('a') around timed('b') records 'a/b')"
+        )
+    return name
+
+
+def check_level(level: object) -> int:
+    """Validate a region level: an int >= 0."""
+    if not isinstance(level, int) or isinstance(level, bool) or level < 0:
+        raise ValueError(f"region level must be an int >= 0, got {level!r}")
+    return level
+
+
+class _PyRegionBase:
+    """A region's fields (the C accelerator's ``RegionBase`` holds the same)."""
+
+    __slots__ = ("_now", "clock", "level", "name")
+
+    name: str
+    clock: object
+    level: int
+    _now: Callable[[], int]
+
+
+if TYPE_CHECKING:  # mypy needs the plain class here
+    RegionBase = _PyRegionBase
+else:
+    RegionBase = native.region_base(_PyRegionBase)
+
+
+class Region(RegionBase):
+    """A named region: ``with region:`` or ``@region``. Built by :func:`timed`."""
+
+    __slots__ = ()
+    mode: ClassVar[str | None] = None
+    _observed: ClassVar[bool] = False  # also traced / NVTX / profiler ranges (observe.py)
+
+    def __init__(self, name: str, clock: object = None, level: int = 0) -> None:
+        self.name = name
+        self.clock = clock
+        self.level = level
+        self._now = _state.now
+
+    def __call__(self, func: F) -> F:
+        """Decorate ``func``: each call is timed as this region."""
+        from instrument.regions.decorators import decorate  # decorators build on regions
+
+        return decorate(func, self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    def __enter__(self) -> Region:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
+
+    def _open(self) -> Frame | None:
+        """Start timing in this context; the frame to give to :func:`_close` (None: skipped)."""
+        parent = _get()
+        node = parent[0].children.get(self.name)
+        if node is None:
+            node = parent[0].child(self.name, self.level, self.mode or CPU)
+        mode = self.mode
+        if mode == "sync":
+            clocks.synchronize()
+        event = clocks.record_event() if mode == "cuda" else None
+        frame: Frame = (node, self._now(), parent, self, event)
+        _set(frame)
+        if self._observed:
+            observe.entered(self, frame)
+        return frame
+
+    def _exit_top(self) -> None:
+        """Close this region's innermost frame in this context (the ``with`` exit)."""
+        top = _get()
+        if top[3] is self:
+            _close(top)
+            return
+        frame: Frame | None = top[2]
+        while frame is not None and frame[3] is not self:
+            frame = frame[2]
+        if frame is None:
+            warn_once(
+                f"exit:{self.name}",
+                f"instrument: region {self.name!r} was exited without a matching enter in this "
+                "context (entered in another thread or task?); nothing was recorded",
+            )
+            return
+        _close(frame)
+
+    def _call(self, wrapped: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        frame = self._open()
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            if frame is not None:
+                _close(frame)
+
+
+class CpuRegion(Region):
+    """A region on the host clock: the fastest path, written out in full."""
+
+    __slots__ = ()
+    mode = CPU
+
+    def __enter__(self) -> Region:
+        parent = _get()
+        node = parent[0].children.get(self.name)
+        if node is None:
+            node = parent[0].child(self.name, self.level, CPU)
+        _set((node, self._now(), parent, self, None))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        t1 = self._now()
+        frame = _get()
+        if frame[3] is not self or frame[4] is not None:
+            self._exit_top()
+            return
+        _set(frame[2])
+        node = frame[0]
+        buf = node.buf
+        buf.append(t1 - frame[1])
+        if len(buf) >= CHUNK:
+            fold(node)
+
+
+class DeviceRegion(Region):
+    """A region on the "cuda" or "sync" clock (rarely as hot as a host region)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Region:
+        self._open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._exit_top()
+
+
+class CudaRegion(DeviceRegion):
+    """Host time plus a pair of pooled CUDA events, resolved at flush."""
+
+    __slots__ = ()
+    mode = "cuda"
+
+
+class SyncRegion(DeviceRegion):
+    """Synchronize the device at both ends, then read the host clock."""
+
+    __slots__ = ()
+    mode = "sync"
+
+
+class ObservedCpuRegion(DeviceRegion):
+    """A host-clock region while something watches (trace, NVTX, profiler): the generic
+    path, which tells :mod:`instrument.observe` about each enter and exit."""
+
+    __slots__ = ()
+    mode = CPU
+    _observed = True
+
+
+class ObservedCudaRegion(CudaRegion):
+    """A "cuda" region while something watches."""
+
+    __slots__ = ()
+    _observed = True
+
+
+class ObservedSyncRegion(SyncRegion):
+    """A "sync" region while something watches."""
+
+    __slots__ = ()
+    _observed = True
+
+
+class SkippedRegion(Region):
+    """Disabled, or above the configured level: costs a call and a return."""
+
+    __slots__ = ()
+    mode = None
+
+    def __enter__(self) -> Region:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if _get()[3] is self:  # entered while enabled, exited after disable()
+            _close(_get())
+
+    def _open(self) -> Frame | None:
+        return None
+
+
+# With the C accelerator, CpuRegion's and SkippedRegion's enter/exit above are replaced.
+native.install_region_methods(CpuRegion, SkippedRegion)
+
+_MODE_CLASSES: dict[str, type[Region]] = {
+    "cpu": CpuRegion,
+    "cuda": CudaRegion,
+    "sync": SyncRegion,
+}
+_OBSERVED_CLASSES: dict[str, type[Region]] = {
+    "cpu": ObservedCpuRegion,
+    "cuda": ObservedCudaRegion,
+    "sync": ObservedSyncRegion,
+}
+
+# default-option regions by name (the fast lookup), others by (name, clock, level)
+_by_name: dict[str, Region] = {}
+_by_key: dict[tuple[str, object, int], Region] = {}
+
+
+def apply(region: Region, *, warn: bool = False) -> None:
+    """Give ``region`` the behaviour the current configuration asks for (``warn``: say once
+    when its explicit device clock falls back to the host clock)."""
+    cls: type[Region]
+    if not _state.enabled or (_state.level is not None and region.level > _state.level):
+        cls = SkippedRegion
+    else:
+        mode = _state.mode if region.clock is None else clocks.resolve(region.clock, warn=warn)[0]
+        cls = (_OBSERVED_CLASSES if observe.watches(region) else _MODE_CLASSES)[mode]
+    region._now = _state.now
+    region.__class__ = cls
+
+
+def apply_all() -> None:
+    """Re-resolve every live region (after ``configure``, ``enable`` or ``disable``)."""
+    with _lock:
+        regions = (*_by_name.values(), *_by_key.values())
+    for region in regions:
+        apply(region)
+
+
+def region_for(name: str, clock: object = None, level: int = 0) -> Region:
+    """The one cached region for this key, created and resolved on first use."""
+    if clock is None and level == 0:
+        found = _by_name.get(name)
+        if found is not None:
+            return found
+    check_name(name)
+    check_level(level)
+    if clock is not None:
+        clocks.check_clock(clock)
+    with _lock:
+        if clock is None and level == 0:
+            region = _by_name.get(name)
+            if region is None:
+                region = _by_name[name] = Region(name)
+                apply(region)
+        else:
+            key = (name, clock, level)
+            region = _by_key.get(key)
+            if region is None:
+                region = _by_key[key] = Region(name, clock, level)
+                apply(region, warn=True)
+    return region

@@ -1,0 +1,102 @@
+"""``timed()``: the public factory — one object that is a context manager and a decorator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from instrument import clocks, observe
+from instrument.regions import native
+from instrument.regions.decorators import _is_decoratable, _NamedByFunction, _qualname, decorate
+from instrument.regions.region import Region, _by_name, check_level, check_name, region_for
+
+if TYPE_CHECKING:
+    from instrument.distributed.barrier_region import BarrierRegion
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: How long ``timed(name, barrier=True)`` waits for the other ranks by default.
+BARRIER_TIMEOUT = timedelta(seconds=300)
+
+
+@overload
+def timed(name: F, /) -> F: ...
+@overload
+def timed(name: str, /, *, clock: object = None, level: int = 0, nvtx: bool = False) -> Region: ...
+@overload
+def timed(
+    name: str,
+    /,
+    *,
+    clock: object = None,
+    level: int = 0,
+    nvtx: bool = False,
+    barrier: bool,
+    barrier_group: Any = None,
+    barrier_timeout: timedelta | float = ...,
+) -> BarrierRegion: ...
+@overload
+def timed(name: None = None, /, *, clock: object = None, level: int = 0) -> _NamedByFunction: ...
+def timed(
+    name: Any = None,
+    /,
+    *,
+    clock: object = None,
+    level: int = 0,
+    nvtx: bool = False,
+    barrier: bool = False,
+    barrier_group: Any = None,
+    barrier_timeout: timedelta | float = BARRIER_TIMEOUT,
+) -> Any:
+    """Time a block or a function as a region of the timing tree.
+
+    Args:
+        name: The region's name (no '/'); nested regions record "outer/inner". As a bare
+            decorator (``@timed``) the name is the function's ``__qualname__``.
+        clock: "cpu", "cuda", "sync", "auto", or a ``Clock``; ``None`` follows
+            ``instrument.configure(clock=...)``.
+        level: Regions above the configured level (``configure(level=...)``) are skipped.
+        nvtx: Also push an NVTX range named like the region on each enter (Nsight
+            Systems), from now on for every use of this name; ``configure(nvtx=True)`` does
+            it for all regions. A no-op (warned once) without a CUDA build of torch.
+        barrier: Wait at a barrier of ``barrier_group`` before the region starts (Megatron's
+            ``timers(name, barrier=True)``), never longer than ``barrier_timeout``; the wait
+            is recorded as the child ``<name>/barrier``, outside the region's own time.
+
+    Example:
+        >>> import instrument
+        >>> @instrument.timed("forward")
+        ... def forward(x):
+        ...     return x * 2
+        >>> with instrument.timed("step"):
+        ...     y = forward(3)
+    """
+    if nvtx:
+        if not isinstance(name, str):
+            raise TypeError("timed(..., nvtx=True) needs a region name: timed('name', ...)")
+        observe.add_nvtx_region(region_for(check_name(name), clock, level))
+    if barrier:
+        if not isinstance(name, str):
+            raise TypeError("timed(..., barrier=True) needs a region name: timed('name', ...)")
+        # The distributed layer builds on the core, not the reverse: imported once, here.
+        from instrument.distributed.barrier_region import BarrierRegion
+
+        return BarrierRegion(
+            region_for(check_name(name), clock, level), barrier_group, barrier_timeout
+        )
+    if clock is None and level == 0 and isinstance(name, str):
+        region = _by_name.get(name)
+        if region is not None:
+            return region
+    if name is None:
+        check_level(level)
+        if clock is not None:
+            clocks.check_clock(clock)
+        return _NamedByFunction(clock, level)
+    if not isinstance(name, str) and _is_decoratable(name):
+        return decorate(name, region_for(_qualname(name), clock, level))
+    return region_for(check_name(name), clock, level)
+
+
+# With the C accelerator: the same function, minus the Python-level call for ``timed("name")``.
+timed = native.fast_timed(timed, _by_name)
