@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -61,20 +60,20 @@ def check_clock(clock: object) -> None:
         )
 
 
-def resolve(clock: object, *, warn: bool = True) -> tuple[str, Callable[[], int]]:
-    """Turn a clock request into ``(mode, host_now)``.
+def resolve(clock: object, *, warn: bool = True) -> str:
+    """Turn a clock request into the mode a region runs on: "cpu", "cuda" or "sync".
 
-    ``mode`` is "cpu", "cuda" or "sync"; ``host_now`` returns integer nanoseconds.
-    "auto" means "cuda" when CUDA is available and initialised, else "cpu". An explicit
-    "cuda" or "sync" without CUDA warns once and falls back to "cpu".
+    A ``Clock`` object is a host clock ("cpu"). "auto" means "cuda" when CUDA is available
+    and initialised, else "cpu". An explicit "cuda" or "sync" without CUDA warns once and
+    falls back to "cpu".
     """
     check_clock(clock)
     if not isinstance(clock, str):
-        return "cpu", clock.now_ns  # type: ignore[attr-defined]
+        return "cpu"
     if clock == "auto":
-        return ("cuda" if cuda_ready() else "cpu"), time.perf_counter_ns
+        return "cuda" if cuda_ready() else "cpu"
     if clock in ("cuda", "sync") and in_bad_fork():
-        return "cpu", time.perf_counter_ns
+        return "cpu"
     if clock in ("cuda", "sync") and not cuda.is_available():
         if warn:
             warn_once(
@@ -83,8 +82,8 @@ def resolve(clock: object, *, warn: bool = True) -> tuple[str, Callable[[], int]
                 "using the host clock ('cpu') instead",
                 stacklevel=4,
             )
-        return "cpu", time.perf_counter_ns
-    return clock, time.perf_counter_ns
+        return "cpu"
+    return clock
 
 
 class EventPool:

@@ -38,7 +38,7 @@ def configure(*, clock: object = _UNSET, level: int | None = _UNSET, nvtx: bool 
         region.check_level(level)
     if clock is not _UNSET:
         _state.requested_clock = clock
-        _state.mode = clocks.resolve(clock)[0]
+        _state.mode = clocks.resolve(clock)
         _state.now = clock.now_ns if isinstance(clock, clocks.Clock) else time.perf_counter_ns
     if level is not _UNSET:
         _state.level = level
