@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from instrument import clocks, config, registry, throughput
+from instrument._warn import warn_once
 from instrument.hooks import backward as backward_hooks
 from instrument.hooks import checkpoint as checkpoint_hooks
 from instrument.hooks import data as data_hooks
@@ -19,7 +20,6 @@ from instrument.hooks import modules as module_hooks
 from instrument.hooks import optim as optim_hooks
 from instrument.hooks import training as training_hooks
 from instrument.regions.region import check_level
-from instrument.regions.warn import warn_once
 from instrument.reporter import Reporter
 from instrument.sinks.console import Console
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
-from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+from instrument._warn import warn_once
 
 CLOCKS = ("auto", "cpu", "cuda", "sync")
 
@@ -32,15 +32,6 @@ class Clock(Protocol):
 
     def now_ns(self) -> int:
         """Return the current time in integer nanoseconds."""
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def in_bad_fork() -> bool:
@@ -75,29 +66,30 @@ def check_clock(clock: object) -> None:
             )
 
 
-def resolve(clock: object, *, warn: bool = True) -> tuple[str, Callable[[], int]]:
-    """Turn a clock request into ``(mode, host_now)``.
+def resolve(clock: object, *, warn: bool = True) -> str:
+    """Turn a clock request into the mode a region runs on: "cpu", "cuda" or "sync".
 
-    ``mode`` is "cpu", "cuda" or "sync"; ``host_now`` returns integer nanoseconds.
-    "auto" means "cuda" when CUDA is available and initialised, else "cpu". An explicit
-    "cuda" or "sync" without CUDA warns once and falls back to "cpu".
+    A ``Clock`` object is a host clock ("cpu"). "auto" means "cuda" when CUDA is available
+    and initialised, else "cpu". An explicit "cuda" or "sync" without CUDA warns once and
+    falls back to "cpu".
     """
     check_clock(clock)
     if not isinstance(clock, str):
-        return "cpu", clock.now_ns  # type: ignore[attr-defined]
+        return "cpu"
     if clock == "auto":
-        return ("cuda" if cuda_ready() else "cpu"), time.perf_counter_ns
+        return "cuda" if cuda_ready() else "cpu"
     if clock in ("cuda", "sync") and in_bad_fork():
-        return "cpu", time.perf_counter_ns
+        return "cpu"
     if clock in ("cuda", "sync") and not cuda.is_available():
         if warn:
-            _warn_once(
-                clock,
+            warn_once(
+                f"clock:{clock}",
                 f"instrument: clock={clock!r} asked for but CUDA is not available; "
                 "using the host clock ('cpu') instead",
+                stacklevel=4,
             )
-        return "cpu", time.perf_counter_ns
-    return clock, time.perf_counter_ns
+        return "cpu"
+    return clock
 
 
 class EventPool:

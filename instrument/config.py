@@ -1,7 +1,9 @@
 """``configure()``, ``enable()``, ``disable()``: the process-wide switches.
 
 Each change is resolved once, here, and pushed into the live regions (see
-:func:`instrument.regions.region.apply_all`), so the hot path never re-checks a setting.
+:func:`instrument.regions.region.apply_all`), so the hot path never re-checks a setting. The
+switches of :mod:`instrument.observe` (a trace sink opened, a profiler started, NVTX for
+one region) are pushed the same way: this module hands it ``apply_all``.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def configure(
         region.check_level(level)
     if clock is not _UNSET:
         _state.requested_clock = clock
-        _state.mode = clocks.resolve(clock)[0]
+        _state.mode = clocks.resolve(clock)
         _state.now = clock.now_ns if isinstance(clock, clocks.Clock) else time.perf_counter_ns
     if level is not _UNSET:
         _state.level = level
@@ -62,17 +64,6 @@ def configure(
     if max_paths is not _UNSET:
         registry.max_paths = max_paths
     region.apply_all()
-
-
-def current() -> dict[str, Any]:
-    """The configuration now in force: ``{"clock", "mode", "level", "enabled", "nvtx"}``."""
-    return {
-        "clock": _state.requested_clock,
-        "mode": _state.mode,
-        "level": _state.level,
-        "enabled": _state.enabled,
-        "nvtx": observe.nvtx_all,
-    }
 
 
 def refresh_auto_clock() -> None:
@@ -111,3 +102,4 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+observe.on_switch(region.apply_all)

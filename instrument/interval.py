@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from instrument import registry
+from instrument.rank import rank_and_world
 from instrument.registry import PathNode
 from instrument.report import Node, Report, SelfCost
-from instrument.sinks.files import rank_and_world
 from instrument.stats import Accumulator, Stats, stats_of
 from instrument.throughput import Throughput
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import collections
 import threading
-import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from instrument._warn import warn_once
 
 #: The default capacity of the trace ring (events; ~100 bytes each).
 TRACE_CAPACITY = 200_000
@@ -46,7 +48,6 @@ profiling = False
 # the trace's device start event and its (device, stream) or None)
 _open: dict[tuple[Any, int], tuple[bool, Any, Any]] = {}
 _get_native_id = threading.get_native_id
-_warned: set[str] = set()
 
 
 def _device_event() -> Any:
@@ -81,10 +82,20 @@ def watches(region: Any) -> bool:
     )
 
 
-def _reapply() -> None:
-    from instrument.regions import region
+def _nothing() -> None:
+    pass
 
-    region.apply_all()
+
+#: Run after a switch changes which regions must be observed: :mod:`instrument.config`
+#: hands in the function that gives every live region its class again (the regions import
+#: this module; it never imports them).
+_reapply: Callable[[], None] = _nothing
+
+
+def on_switch(reapply: Callable[[], None]) -> None:
+    """Call ``reapply`` whenever a switch here turns watching on or off."""
+    global _reapply
+    _reapply = reapply
 
 
 # -- the hot path of observed regions (only while something watches) ----------------------
@@ -176,12 +187,6 @@ def _reapply_safely() -> None:
         pass
 
 
-def trace_dropped() -> int:
-    """Events recorded since tracing started that the ring no longer holds (a reader that
-    takes events out of the ring keeps its own count)."""
-    return 0 if trace is None else max(trace_recorded - len(trace), 0)
-
-
 def set_nvtx(enabled: bool) -> None:
     """NVTX ranges for every region (``configure(nvtx=...)``); warns once without NVTX."""
     global nvtx_all
@@ -199,13 +204,12 @@ def add_nvtx_region(region: Any) -> None:
 
 
 def _check_nvtx() -> None:
-    if not nvtx_available() and "nvtx" not in _warned:
-        _warned.add("nvtx")
-        warnings.warn(
+    if not nvtx_available():
+        warn_once(
+            "nvtx",
             "instrument: NVTX ranges need a CUDA build of torch (torch.cuda.nvtx); "
             "regions run without them",
-            RuntimeWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
 
 
@@ -247,7 +251,6 @@ def reset() -> None:
     trace, nvtx_all = None, False
     nvtx_regions.clear()
     _open.clear()
-    _warned.clear()
 
 
 _wrap_profiler_callbacks()

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instrument import _fields, clocks
 from instrument._native import speedups
-from instrument.regions.warn import warn_once
+from instrument._warn import warn_once
 from instrument.stats import Accumulator, Summary
 
 CHUNK = 4096

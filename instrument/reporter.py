@@ -19,6 +19,7 @@ import torch
 
 from instrument import _state, checks, clocks, config, lifecycle, registry, selfcost, throughput
 from instrument import peak_flops as peaks
+from instrument._warn import warn_once
 from instrument.distributed.across import CrossRank
 from instrument.distributed.barrier import barrier_with_timeout
 from instrument.interval import build_report
@@ -26,7 +27,6 @@ from instrument.lifecycle import live_reporters as live_reporters
 from instrument.memory import MemorySampler
 from instrument.regions import frames
 from instrument.regions.region import check_level
-from instrument.regions.warn import warn_once
 from instrument.report import Report, SelfCost
 from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink

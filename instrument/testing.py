@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from instrument import _state, clocks, config, observe, registry, reporter
+from instrument import _state, _warn, config, observe, registry, reporter
 from instrument.auto import installed_handles
 from instrument.compat import feed as compat_feed
-from instrument.regions import frames, warn
+from instrument.regions import frames
 from instrument.report import Report
 from instrument.sinks.memory import InMemory
 
@@ -91,5 +91,4 @@ def reset() -> None:
     registry.clear()
     registry.max_depth, registry.max_paths = registry.MAX_DEPTH, registry.MAX_PATHS
     frames._set(frames.ROOT_FRAME)
-    warn._warned.clear()
-    clocks._warned.clear()
+    _warn.reset()

@@ -10,7 +10,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import instrument
-from instrument.hooks import patches
 from instrument.sinks import InMemory
 
 
@@ -99,8 +98,9 @@ def test_checkpoint_patches_are_undone() -> None:
     import torch.utils.checkpoint as torch_checkpoint
 
     before = vars(torch_checkpoint.CheckpointFunction)["forward"]
+    generator = torch_checkpoint._checkpoint_without_reentrant_generator
     model = Net("module", True)
     with instrument.auto(model, sinks=[], collectives=False):
-        assert patches.is_patched(torch_checkpoint, "_checkpoint_without_reentrant_generator")
+        assert torch_checkpoint._checkpoint_without_reentrant_generator is not generator
     assert vars(torch_checkpoint.CheckpointFunction)["forward"] is before
-    assert not patches.is_patched(torch_checkpoint, "_checkpoint_without_reentrant_generator")
+    assert torch_checkpoint._checkpoint_without_reentrant_generator is generator

@@ -83,7 +83,6 @@ def nvtx(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
 def test_configure_nvtx_pushes_a_range_per_region(nvtx: Recorder) -> None:
     instrument.configure(nvtx=True)
-    assert instrument.config.current()["nvtx"] is True
     with instrument.timed("step"):
         with instrument.timed("forward"):
             pass

@@ -31,7 +31,6 @@ import warnings
 from collections.abc import Iterable
 
 from instrument import _state
-from instrument.compat import ranks
 from instrument.compat.clock import sync_device as _sync_device
 from instrument.compat.errors import (
     TimerArgumentError,
@@ -42,6 +41,7 @@ from instrument.compat.errors import (
 )
 from instrument.compat.feed import RegistryFeed, feeds_registry
 from instrument.compat.startstop import StartStopTimer, TimerGroup
+from instrument.rank import rank
 
 __all__ = [
     "NOT_ENOUGH_STEPS",
@@ -63,7 +63,7 @@ ORIGINAL_DIVISOR_OFFSET = 2
 
 def print_rank_0(message: object) -> None:
     """Print ``message`` (flushed) on rank 0, or on every process without a process group."""
-    if ranks.rank() in (None, 0):
+    if rank() == 0:
         print(message, flush=True)
 
 

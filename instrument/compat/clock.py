@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from instrument import _state, clocks
-from instrument.regions.warn import warn_once
+from instrument._warn import warn_once
 
 __all__ = ["cuda_events_usable", "sync_device"]
 

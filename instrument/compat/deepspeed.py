@@ -36,7 +36,6 @@ from typing import Any
 import torch
 
 from instrument import _state, clocks
-from instrument.compat import ranks as _ranks
 from instrument.compat.clock import cuda_events_usable
 from instrument.compat.clock import sync_device as _sync_device
 from instrument.compat.errors import (
@@ -48,6 +47,7 @@ from instrument.compat.errors import (
 )
 from instrument.compat.feed import RegistryFeed, feeds_registry
 from instrument.compat.startstop import StartStopTimer, TimerGroup
+from instrument.rank import rank as _rank
 
 __all__ = [
     "BACKWARD_GLOBAL_TIMER",
@@ -94,12 +94,6 @@ def _records_events() -> bool:
     return _state.requested_clock != "cpu" and cuda_events_usable(None)
 
 
-def _rank() -> int:
-    """This process's rank, or -1 without a process group (as DeepSpeed prints it)."""
-    found = _ranks.rank()
-    return -1 if found is None else found
-
-
 def _check_ranks(ranks: Iterable[int] | None) -> list[int]:
     """DeepSpeed's ``ranks or [0]``: ``None`` or empty means rank 0; ``[-1]`` means every rank."""
     if ranks is None:
@@ -115,7 +109,7 @@ def _check_ranks(ranks: Iterable[int] | None) -> list[int]:
 def _print_dist(message: str, ranks: list[int]) -> None:
     """DeepSpeed's ``print_dist``: print ``"[Rank r] message"`` when there is no process group,
     when ``ranks[0] == -1``, or when this rank is in ``ranks``."""
-    rank = _rank()
+    rank = _rank(default=-1)  # DeepSpeed prints -1 without a process group
     if rank == -1 or ranks[0] == -1 or rank in ranks:
         print(f"[Rank {rank}] {message}", flush=True)
 

@@ -29,10 +29,10 @@ from collections.abc import Iterable
 import torch
 
 from instrument import _state, clocks
+from instrument._warn import warn_once
 from instrument.compat.clock import cuda_events_usable
 from instrument.compat.errors import check_timer_name
 from instrument.compat.feed import RegistryFeed, feeds_registry
-from instrument.regions.warn import warn_once
 
 __all__ = ["CUDATimer", "CUDATimerCollection"]
 

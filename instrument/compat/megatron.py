@@ -46,10 +46,10 @@ from instrument.compat.errors import (
     check_timer_name,
 )
 from instrument.compat.feed import RegistryFeed, feeds_registry
-from instrument.compat.ranks import rank_and_world
 from instrument.distributed.barrier import barrier_with_timeout
 from instrument.distributed.gather import active, gather_totals, union_of_paths
 from instrument.hooks.collectives import suppressed
+from instrument.rank import rank_and_world
 from instrument.regions.timed import BARRIER_TIMEOUT
 
 __all__ = [

@@ -46,10 +46,10 @@ from typing import Any, ClassVar, TypeVar, overload
 import torch
 
 from instrument import _state, clocks
-from instrument.compat import ranks
 from instrument.compat.clock import cuda_events_usable
 from instrument.compat.errors import check_timer_name
 from instrument.compat.feed import RegistryFeed, feeds_registry
+from instrument.rank import rank as _rank
 
 __all__ = ["TimerRecord", "TimerType", "Timers", "nanotron_timer"]
 
@@ -284,12 +284,6 @@ def _decorate(func: F, record: Callable[[], TimerRecord]) -> F:
             return func(*args, **kwargs)
 
     return timed_call  # type: ignore[return-value]
-
-
-def _rank(group: Any) -> int:
-    """This rank in ``group`` (``None``: the world); 0 without a process group."""
-    found = ranks.rank(group)
-    return 0 if found is None else found
 
 
 def _line(name: str, timer: TimerRecord) -> str:

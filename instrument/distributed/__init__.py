@@ -1,6 +1,7 @@
-"""Across ranks: the cross-rank gather of reports (:mod:`instrument.distributed.gather`),
-barriers that time out instead of hanging, and the distributed helpers of NeMo Automodel's
-``distributed.utils``."""
+"""Across ranks: the cross-rank step of a flush (:mod:`instrument.distributed.across`:
+agree on the store, then reductions), barriers that time out instead of hanging, the
+all-gather Megatron's ``Timers.log`` needs (:mod:`instrument.distributed.gather`), and the
+distributed helpers of NeMo Automodel's ``distributed.utils``."""
 
 from instrument.distributed.barrier import barrier_with_timeout, metadata_group
 from instrument.distributed.helpers import (

@@ -31,6 +31,7 @@ from instrument.distributed.barrier import (
     barrier_with_timeout,
 )
 from instrument.hooks.collectives import suppressed
+from instrument.rank import rank as _rank
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -47,10 +48,6 @@ _ACK_SECONDS = 60.0
 
 #: Distributed strategies :func:`dp_eval_sample_shard` knows by name.
 STRATEGIES = ("ddp", "fsdp", "fsdp2", "megatron_fsdp")
-
-
-def _rank() -> int:
-    return dist.get_rank() if _initialized() else 0
 
 
 # -- FirstRankPerNode ----------------------------------------------------------------------

@@ -4,10 +4,11 @@
 ``torch.distributed`` and ``torch.distributed.distributed_c10d``. A synchronous call is a
 region named after the function, nested under whatever region is open
 ("backward/all_reduce"); an asynchronous one (``async_op=True``, ``isend``/``irecv``,
-``batch_isend_irecv``) is a :class:`~instrument.regions.span.Span` from the call until its work's
-``wait()`` returns. Each call also counts the bytes it moves, in nccl-tests' "size"
-convention (see :data:`BUFFERS`), read from ``numel() * element_size()`` — nothing here
-waits on, synchronizes or reads the device.
+``batch_isend_irecv``) is a :class:`~instrument.regions.span.Span` from the call until its
+work's ``wait()`` returns, on a path of its own, ``"<name> (async)"``, marked concurrent.
+Each call also counts the bytes it moves, in nccl-tests' "size" convention (see
+:data:`BUFFERS`), read from ``numel() * element_size()`` — nothing here waits on,
+synchronizes or reads the device.
 
 DDP all-reduces gradients in C++, out of the patches' sight: :func:`hook_ddp` registers
 :func:`timed_comm_hook`, which times each bucket from the hook call until its future
@@ -18,7 +19,7 @@ Example:
     >>> with instrument.timed("backward"):
     ...     dist.all_reduce(grad)          # recorded as "backward/all_reduce", with its bytes
     >>> work = dist.all_reduce(grad, async_op=True)
-    >>> work.wait()                        # "all_reduce" (concurrent): call -> wait()
+    >>> work.wait()                        # "all_reduce (async)" (concurrent): call -> wait()
     >>> undo()                             # the exact original functions are back
 """
 
@@ -354,11 +355,6 @@ def install() -> Callable[[], None]:
             one()
 
     return undo
-
-
-def installed() -> bool:
-    """True while at least one :func:`install` is live."""
-    return _installs > 0
 
 
 # -- DDP ----------------------------------------------------------------------------------

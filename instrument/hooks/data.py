@@ -13,9 +13,9 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from instrument._warn import warn_once
 from instrument.regions.frames import abandon
 from instrument.regions.region import Region, region_for
-from instrument.regions.warn import warn_once
 
 T = TypeVar("T")
 #: Called with each batch handed out (after its ``data`` region closed).

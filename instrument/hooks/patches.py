@@ -60,14 +60,3 @@ def _own(owner: object, attr: str) -> Any:
         return vars(owner)[attr]
     except (TypeError, KeyError):
         raise AttributeError(f"{owner!r} has no attribute {attr!r} of its own to patch") from None
-
-
-def original(owner: object, attr: str) -> Any:
-    """What ``owner.attr`` was before instrument patched it (the attribute itself if not)."""
-    entry = _active.get((id(owner), attr))
-    return _own(owner, attr) if entry is None else entry[2]
-
-
-def is_patched(owner: object, attr: str) -> bool:
-    """True while instrument's wrapper is installed on ``owner.attr``."""
-    return (id(owner), attr) in _active

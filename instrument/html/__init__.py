@@ -29,8 +29,6 @@ from instrument.report import Report
 
 #: A rank slower than the median rank by more than this fraction is a straggler.
 STRAGGLER = 0.10
-#: Regions stacked in the timeline (the rest are summed).
-TOP = 8
 
 
 def _ms(seconds: float | None) -> float | None:

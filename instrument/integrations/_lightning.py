@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from instrument import clocks, registry
+from instrument._warn import warn_once
 from instrument.auto import AutoHandle, auto
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
@@ -36,7 +37,6 @@ from instrument.integrations.figures import LOG_MODES, figures
 from instrument.regions.frames import _get, _set
 from instrument.regions.region import Region, check_level, region_for
 from instrument.regions.timer import Timer, timer
-from instrument.regions.warn import warn_once
 from instrument.report import Report
 from instrument.reporter import (
     Reporter,

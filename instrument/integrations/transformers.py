@@ -26,9 +26,9 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
+from instrument._warn import warn_once
 from instrument.auto import AutoHandle, auto
 from instrument.integrations.figures import LOG_MODES, figures
-from instrument.regions.warn import warn_once
 from instrument.report import Report
 from instrument.sinks.console import Console
 

@@ -9,7 +9,6 @@
 - :mod:`~instrument.regions.timer` — manual ``Timer`` (start/stop).
 - :mod:`~instrument.regions.span` — ``Span``: work timed outside the stack.
 - :mod:`~instrument.regions.native` — every place where the C accelerator replaces Python.
-- :mod:`~instrument.regions.warn` — one-time warnings.
 
 Regions entered behind a barrier (``timed(name, barrier=True)``) live with the distributed
 layer, in :mod:`instrument.distributed.barrier_region`.

@@ -17,9 +17,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from instrument import _fields, _state, clocks, observe, registry
+from instrument._warn import warn_once
 from instrument.regions import native
 from instrument.regions.frames import Frame, _close, _get, _set, _unlink
-from instrument.regions.warn import warn_once
 from instrument.registry import CHUNK, fold
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -206,8 +206,10 @@ class CpuRegion(Region):
             fold(node)
 
 
-class DeviceRegion(Region):
-    """A region on the "cuda" or "sync" clock (rarely as hot as a host region)."""
+class GenericRegion(Region):
+    """A region that runs the general enter/exit (:meth:`Region._open`, ``_exit_top``): the
+    "cuda" and "sync" clocks and every observed region, host clock included (rarely as hot
+    as a plain host region, which has its own short path)."""
 
     __slots__ = ()
 
@@ -224,21 +226,21 @@ class DeviceRegion(Region):
         self._exit_top(exc_type is not None)
 
 
-class CudaRegion(DeviceRegion):
+class CudaRegion(GenericRegion):
     """Host time plus a pair of pooled CUDA events, resolved at flush."""
 
     __slots__ = ()
     mode = "cuda"
 
 
-class SyncRegion(DeviceRegion):
+class SyncRegion(GenericRegion):
     """Synchronize the device at both ends, then read the host clock."""
 
     __slots__ = ()
     mode = "sync"
 
 
-class ObservedCpuRegion(DeviceRegion):
+class ObservedCpuRegion(GenericRegion):
     """A host-clock region while something watches (trace, NVTX, profiler): the generic
     path, which tells :mod:`instrument.observe` about each enter and exit."""
 
@@ -309,7 +311,7 @@ def apply(region: Region, *, warn: bool = False) -> None:
     if not _state.enabled or (_state.level is not None and region.level > _state.level):
         cls = SkippedRegion
     else:
-        mode = _state.mode if region.clock is None else clocks.resolve(region.clock, warn=warn)[0]
+        mode = _state.mode if region.clock is None else clocks.resolve(region.clock, warn=warn)
         cls = (_OBSERVED_CLASSES if observe.watches(region) else _MODE_CLASSES)[mode]
     region._now = _state.now
     region.__class__ = cls

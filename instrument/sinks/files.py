@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
-
 
 def rank_path(path: str | os.PathLike[str], rank: int, world_size: int) -> Path:
     """The file rank ``rank`` writes for ``path``.
@@ -26,11 +24,3 @@ def rank_path(path: str | os.PathLike[str], rank: int, world_size: int) -> Path:
     if world_size <= 1:
         return plain
     return plain.with_name(f"{plain.stem}.rank{rank}{plain.suffix}")
-
-
-def rank_and_world() -> tuple[int, int]:
-    """This process's global rank and the world size (0, 1 without a process group)."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1

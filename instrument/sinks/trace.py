@@ -16,9 +16,10 @@ import torch
 
 from instrument import clocks, observe
 from instrument.lifecycle import ForkSafeLock, inherited
+from instrument.rank import rank_and_world
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
-from instrument.sinks.files import rank_and_world, rank_path
+from instrument.sinks.files import rank_path
 
 #: Synthetic thread ids of the device tracks: ``DEVICE_TID + 1000 * device + n``.
 DEVICE_TID = 1 << 30

@@ -1,14 +1,17 @@
-"""Rank and world size as the ported timers read them: ``torch.distributed`` looked up when
-asked, not bound at import, so a test that replaces ``torch.distributed`` with a stub module
-(as NeMo's unit tests do) is answered by that stub, exactly as the upstream code is.
+"""Which rank this process is: the one lookup every part of the package uses.
 
-A stub without ``is_available`` / ``is_initialized`` but with ``get_rank`` stands for a
-running process group (upstream calls ``get_rank()`` / ``get_world_size()`` on it directly).
+``torch.distributed`` is looked up when asked, not bound at import, so a test that replaces
+``torch.distributed`` with a stub module (as NeMo's unit tests do) is answered by that stub,
+exactly as the upstream timers the compat modules port are. A stub without
+``is_available`` / ``is_initialized`` but with ``get_rank`` stands for a running process
+group (upstream calls ``get_rank()`` / ``get_world_size()`` on it directly). With the real
+module this is ``dist.get_rank()`` once ``init_process_group`` has run; the torchrun
+variables (``RANK``, ``LOCAL_RANK``) are never read here.
 
 Example:
-    >>> from instrument.compat.ranks import rank_and_world
-    >>> rank_and_world()          # no process group
-    (0, 1)
+    >>> from instrument.rank import rank, rank_and_world
+    >>> rank(), rank(default=-1), rank_and_world()          # no process group
+    (0, -1, (0, 1))
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ def group_ready() -> bool:
     return is_initialized is None or bool(is_initialized())
 
 
-def rank(group: Any = None) -> int | None:
-    """This process's rank in ``group`` (``None``: the world), or ``None`` without a group."""
+def rank(group: Any = None, *, default: int = 0) -> int:
+    """This process's rank in ``group`` (``None``: the world), or ``default`` without a
+    process group (0 for the package; DeepSpeed's printing asks for -1)."""
     if not group_ready():
-        return None
+        return default
     dist = _dist()
     return int(dist.get_rank() if group is None else dist.get_rank(group))
 

@@ -1,0 +1,78 @@
+"""One rank lookup (instrument.rank) for the reporter, the file sinks, the distributed helpers
+and the compat timers: each caller keeps its answer without a process group, all follow a
+stub ``torch.distributed`` (NeMo's unit tests) and a real gloo group alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+from compat_helpers import stub_torch_distributed
+from distributed_helpers import run_ranks
+
+import instrument
+from instrument import rank as rank_lookup
+from instrument.compat import bing_bert, deepspeed
+from instrument.distributed import helpers
+from instrument.testing import FakeClock, capture_reports, use_clock
+
+
+def _who_prints(capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """What each caller's rank-dependent printing prints here."""
+    out = {}
+    helpers.print_rank_0("helpers")
+    out["helpers"] = capsys.readouterr().out
+    bing_bert.print_rank_0("bing_bert")
+    out["bing_bert"] = capsys.readouterr().out
+    deepspeed.SynchronizedWallClockTimer().log([])
+    out["deepspeed"] = capsys.readouterr().out
+    return out
+
+
+def test_without_a_process_group_each_caller_keeps_its_answer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert rank_lookup.rank() == 0
+    assert rank_lookup.rank(default=-1) == -1
+    assert rank_lookup.rank_and_world() == (0, 1)
+    assert _who_prints(capsys) == {
+        "helpers": "helpers\n",
+        "bing_bert": "bing_bert\n",
+        "deepspeed": "[Rank -1] time (ms)\n",  # DeepSpeed's -1 without a group
+    }
+    with use_clock(FakeClock()), capture_reports() as reports, instrument.timed("x"):
+        pass
+    assert (reports[-1].rank, reports[-1].world_size) == (0, 1)
+
+
+def test_a_stub_torch_distributed_answers_every_caller(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stub_torch_distributed(monkeypatch, rank=1, world_size=2)
+    assert rank_lookup.rank() == 1
+    assert rank_lookup.rank(default=-1) == 1
+    assert rank_lookup.rank_and_world() == (1, 2)
+    assert _who_prints(capsys) == {"helpers": "", "bing_bert": "", "deepspeed": ""}
+    with use_clock(FakeClock()), capture_reports() as reports, instrument.timed("x"):
+        pass
+    assert (reports[-1].rank, reports[-1].world_size) == (1, 2)
+
+
+def _ranks_seen(rank: int, world_size: int) -> dict[str, Any]:
+    low = dist.new_group([1])
+    return {
+        "rank": rank_lookup.rank(),
+        "absent": rank_lookup.rank(default=-1),
+        "in_group": rank_lookup.rank(low) if rank == 1 else None,
+        "rank_and_world": rank_lookup.rank_and_world(),
+    }
+
+
+@pytest.mark.timeout(120)
+def test_a_gloo_group_answers_every_caller() -> None:
+    seen = run_ranks(_ranks_seen, 2)
+    assert seen == [
+        {"rank": 0, "absent": 0, "in_group": None, "rank_and_world": (0, 2)},
+        {"rank": 1, "absent": 1, "in_group": 0, "rank_and_world": (1, 2)},
+    ]
