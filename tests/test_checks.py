@@ -15,7 +15,7 @@ import instrument
 from instrument import checks
 from instrument.reporter import live_reporters
 from instrument.sinks import Console, InMemory, Logging
-from instrument.sinks.base import CallableSink
+from instrument.sinks.adapt import CallableSink
 
 BAD: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
     "barrier_timeout_text": (
