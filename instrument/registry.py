@@ -173,6 +173,7 @@ ROOT = PathNode("", None)
 #: Paths in the tree (every node but the root); only changed under ``_lock``.
 _live_paths = 0
 
+
 def _overflow(too_deep: bool) -> PathNode:
     """The ``(overflow)`` top-level path, created on first use; warns once per cap. The
     caller holds ``_lock``."""
@@ -409,6 +410,11 @@ def _release_idle(nodes: list[PathNode], moved: dict[PathNode, int]) -> None:
         if siblings.get(node.name) is not node:
             continue
         del siblings[node.name]
+        # Another thread may have reached it (and recorded) since the checks above; once
+        # out of the tree nothing can reach it any more, so look again and keep it if so.
+        if node.has_records() or sys.getrefcount(node) > held - 1:  # (no dict ref now)
+            siblings[node.name] = node
+            continue
         concurrent.discard(node)
         released[node.parent] = released.get(node.parent, 0) + 1
         _live_paths -= 1

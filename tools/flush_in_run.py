@@ -30,9 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    config = transformers.GPT2Config(
-        vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=2
-    )
+    config = transformers.GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=2)
     model = transformers.GPT2LMHeadModel(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, 256, (4, 64))
@@ -68,14 +66,22 @@ def main() -> None:
     measured = statistics.median(timed) / statistics.median(plain) - 1
     stated = statistics.median(c.share for c in costs)
     region_ns = costs[0].region_ns if costs else float("nan")
-    print(f"median step: plain {statistics.median(plain) * 1e3:.2f} ms, "
-          f"instrumented {statistics.median(timed) * 1e3:.2f} ms")
-    print(f"paths per report: {paths:.0f}; flush (own time, sinks included): median "
-          f"{statistics.median(flushes):.3f} ms, min {min(flushes):.3f} ms over {len(flushes)}")
-    print(f"per path: {statistics.median(flushes) / paths * 1e3:.2f} us; region cost "
-          f"calibrated {region_ns:.0f} ns")
-    print(f"overhead: stated by the reports {100 * stated:.2f} %, "
-          f"measured (paired medians) {100 * measured:.2f} %")
+    print(
+        f"median step: plain {statistics.median(plain) * 1e3:.2f} ms, "
+        f"instrumented {statistics.median(timed) * 1e3:.2f} ms"
+    )
+    print(
+        f"paths per report: {paths:.0f}; flush (own time, sinks included): median "
+        f"{statistics.median(flushes):.3f} ms, min {min(flushes):.3f} ms over {len(flushes)}"
+    )
+    print(
+        f"per path: {statistics.median(flushes) / paths * 1e3:.2f} us; region cost "
+        f"calibrated {region_ns:.0f} ns"
+    )
+    print(
+        f"overhead: stated by the reports {100 * stated:.2f} %, "
+        f"measured (paired medians) {100 * measured:.2f} %"
+    )
 
 
 if __name__ == "__main__":
