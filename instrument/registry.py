@@ -420,6 +420,11 @@ def _release_idle(nodes: list[PathNode], moved: dict[PathNode, int]) -> None:
         if siblings.get(node.name) is not node:
             continue
         del siblings[node.name]
+        # Another thread may have reached it (and recorded) since the checks above; once
+        # out of the tree nothing can reach it any more, so look again and keep it if so.
+        if node.has_records() or sys.getrefcount(node) > held - 1:  # (no dict ref now)
+            siblings[node.name] = node
+            continue
         concurrent.discard(node)
         released[node.parent] = released.get(node.parent, 0) + 1
         _live_paths -= 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from instrument.regions import frames
-from instrument.regions.timed import timed
+from instrument.regions.region import CpuRegion
 from instrument.registry import PathNode
 
 #: Calls timed per calibration round (a round takes well under a millisecond in C).
@@ -36,7 +36,7 @@ def _calibrate() -> float:
     scratch = PathNode("", None)
     name = "(calibration)"
     scratch.children[name] = PathNode(name, scratch)
-    region = timed(name)
+    region = CpuRegion(name)  # the plain host-clock region: never traced or observed
     saved = frames._get()
     frames._set((scratch, 0, None, None, None))
     best = float("inf")

@@ -50,7 +50,7 @@ def test_c_node_statistics_match_the_python_accumulator() -> None:
 
 
 @needs_c
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.one_of(

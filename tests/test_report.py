@@ -50,9 +50,10 @@ def test_render_is_a_tree_with_aligned_columns(clock: FakeClock) -> None:
     text = _sample(clock).render()
     lines = text.splitlines()
     assert lines[0].startswith("instrument report #1")
-    header = lines[1]
+    assert lines[1].startswith("instrument: ")  # what the timing itself cost
+    header = lines[2]
     assert header.split() == ["region", "total", "ms", "%", "calls", "mean", "ms", "max", "ms"]
-    labels = [line[: header.index("total") - 2].rstrip() for line in lines[2:]]
+    labels = [line[: header.index("total") - 2].rstrip() for line in lines[3:]]
     assert labels == [
         "step (2 steps)",
         "└── step",
@@ -60,9 +61,9 @@ def test_render_is_a_tree_with_aligned_columns(clock: FakeClock) -> None:
         "    └── forward",
         "        └── encoder",
     ]
-    widths = {len(line) for line in lines[1:]}
+    widths = {len(line) for line in lines[2:]}
     assert len(widths) == 1  # every figure column is right-aligned to the same edge
-    assert "16.000" in lines[3] or "32.000" in lines[3]
+    assert "16.000" in lines[4] or "32.000" in lines[4]
 
 
 def test_from_dict_rejects_non_reports() -> None:
