@@ -9,6 +9,7 @@ from instrument import tree as _tree  # noqa: F401 - registers Report.render's t
 from instrument.auto import AutoHandle, auto
 from instrument.clocks import Clock
 from instrument.config import configure, disable, enable, is_enabled
+from instrument.distributed import barrier_region as _barrier_region  # noqa: F401 - timed(barrier=True)
 from instrument.hooks.data import data
 from instrument.regions.frames import current_path
 from instrument.regions.region import Region

@@ -1160,6 +1160,43 @@ typedef struct {
     vectorcallfunc vectorcall;
 } CallTimerObject;
 
+/* The end of one timed host-clock call (decorators.py's wrapper, the `finally` of
+ * frames._close): read the clock, restore the parent frame, record; return the call's
+ * outcome unchanged -- or the clock's error when the call succeeded but the clock failed,
+ * as for a `with` block. Takes over the references to `parent`, `node` and `result`. */
+static PyObject *
+finish_timed_call(RegionObject *region, PyObject *parent, NodeObject *node, int64_t t0,
+                  PyObject *result)
+{
+    int64_t t1;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb); /* keep the call's exception untouched */
+    int clock_ok = read_now(region->now, &t1) == 0;
+    PyObject *ct = NULL, *cv = NULL, *ctb = NULL;
+    if (!clock_ok) {
+        PyErr_Fetch(&ct, &cv, &ctb); /* the clock's error */
+    }
+    int restored = top_set(parent) == 0;
+    if (clock_ok) {
+        node_add(node, t1 - t0);
+    }
+    if (!restored) {
+        PyErr_Clear(); /* instrumentation must not replace the call's outcome */
+    }
+    Py_DECREF(parent);
+    Py_DECREF(node);
+    if (!clock_ok && result != NULL) {
+        Py_DECREF(result);
+        PyErr_Restore(ct, cv, ctb);
+        return NULL;
+    }
+    Py_XDECREF(ct);
+    Py_XDECREF(cv);
+    Py_XDECREF(ctb);
+    PyErr_Restore(et, ev, tb);
+    return result;
+}
+
 /* One timed call of wrapped(*cargs, **ckw): cargs a tuple, ckw a dict. */
 static PyObject *
 call_timed(PyObject *region, PyObject *wrapped, PyObject *cargs, PyObject *ckw)
@@ -1173,38 +1210,12 @@ call_timed(PyObject *region, PyObject *wrapped, PyObject *cargs, PyObject *ckw)
     }
     PyObject *parent;
     NodeObject *node;
-    int64_t t0, t1;
+    int64_t t0;
     if (check_bound() < 0 || open_cpu((RegionObject *)region, &parent, &node, &t0) < 0) {
         return NULL;
     }
     PyObject *result = PyObject_Call(wrapped, cargs, ckw);
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);  /* keep the call's exception untouched */
-    int clock_ok = read_now(((RegionObject *)region)->now, &t1) == 0;
-    PyObject *ct = NULL, *cv = NULL, *ctb = NULL;
-    if (!clock_ok) {
-        PyErr_Fetch(&ct, &cv, &ctb); /* the clock's error */
-    }
-    int restored = top_set(parent) == 0;
-    if (clock_ok) {
-        node_add(node, t1 - t0);
-    }
-    if (!restored) {
-        PyErr_Clear();  /* instrumentation must not replace the call's outcome */
-    }
-    Py_DECREF(parent);
-    Py_DECREF(node);
-    if (!clock_ok && result != NULL) {
-        /* the call succeeded but the clock failed: its error, as for a `with` block */
-        Py_DECREF(result);
-        PyErr_Restore(ct, cv, ctb);
-        return NULL;
-    }
-    Py_XDECREF(ct);
-    Py_XDECREF(cv);
-    Py_XDECREF(ctb);
-    PyErr_Restore(et, ev, tb);
-    return result;
+    return finish_timed_call((RegionObject *)region, parent, node, t0, result);
 }
 
 /* args/kwargs that are not a tuple/dict (wrapt always passes those): converted as
@@ -1675,33 +1686,20 @@ timed_generic_call(PyObject *self, ternaryfunc call, PyObject *const *args, size
     return result;
 }
 
-/* Call `wrapped` timed as the host-clock region `region`; the call's outcome (value or
- * exception) is returned unchanged, whatever happens to the clock. */
+/* Call `wrapped` timed as the host-clock region `region` (finish_timed_call: the call's
+ * outcome, or the clock's error after a successful call). */
 static PyObject *
 timed_region_vectorcall(RegionObject *region, PyObject *wrapped, PyObject *const *args,
                         size_t nargsf, PyObject *kwnames)
 {
     PyObject *parent;
     NodeObject *node;
-    int64_t t0, t1;
+    int64_t t0;
     if (open_cpu(region, &parent, &node, &t0) < 0) {
         return NULL;
     }
     PyObject *result = PyObject_Vectorcall(wrapped, args, nargsf, kwnames);
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    int clock_ok = read_now(region->now, &t1) == 0;
-    int restored = top_set(parent) == 0;
-    if (clock_ok) {
-        node_add(node, t1 - t0);
-    }
-    if (!clock_ok || !restored) {
-        PyErr_Clear();
-    }
-    PyErr_Restore(et, ev, tb);
-    Py_DECREF(parent);
-    Py_DECREF(node);
-    return result;
+    return finish_timed_call(region, parent, node, t0, result);
 }
 
 static PyObject *

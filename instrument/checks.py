@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+import torch
+
 
 def _quoted(choices: Iterable[object]) -> str:
     return ", ".join(repr(choice) for choice in choices)
@@ -80,11 +82,12 @@ def check_optional_bool(name: str, value: object) -> bool | None:
 
 
 def check_process_group(name: str, value: object) -> Any:
-    """``value`` if it is ``None`` or a ``torch.distributed`` process group."""
-    import torch.distributed as dist
-
-    group_type = getattr(dist, "ProcessGroup", None) if dist.is_available() else None
-    if value is not None and group_type is not None and not isinstance(value, group_type):
+    """``value`` if it is ``None`` or a ``torch.distributed`` process group (checked against
+    the ``ProcessGroup`` type of whatever ``torch.distributed`` is: a stub has none)."""
+    if value is None:
+        return value
+    group_type = getattr(getattr(torch, "distributed", None), "ProcessGroup", None)
+    if isinstance(group_type, type) and not isinstance(value, group_type):
         raise TypeError(
             f"{name} must be a torch.distributed process group (e.g. dist.new_group([0, 1])) "
             f"or None for the world, got {value!r}"

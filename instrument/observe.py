@@ -90,12 +90,14 @@ def _nothing() -> None:
 #: hands in the function that gives every live region its class again (the regions import
 #: this module; it never imports them).
 _reapply: Callable[[], None] = _nothing
+_reapply_lock: Any = None  # the lock ``_reapply`` takes (the regions' lock)
 
 
-def on_switch(reapply: Callable[[], None]) -> None:
-    """Call ``reapply`` whenever a switch here turns watching on or off."""
-    global _reapply
-    _reapply = reapply
+def on_switch(reapply: Callable[[], None], lock: Any = None) -> None:
+    """Call ``reapply`` whenever a switch here turns watching on or off; ``lock`` is the
+    lock it takes (so that a finalizer never calls it while this thread holds that lock)."""
+    global _reapply, _reapply_lock
+    _reapply, _reapply_lock = reapply, lock
 
 
 # -- the hot path of observed regions (only while something watches) ----------------------
@@ -176,9 +178,7 @@ def _reapply_safely() -> None:
     """:func:`_reapply` now, or — when the region lock is held, possibly by this very
     thread (a finalizer run by a collection inside a locked section) — in a helper thread
     that waits for it, never a deadlock."""
-    from instrument.regions import region
-
-    if not region._lock.locked():
+    if _reapply_lock is None or not _reapply_lock.locked():
         _reapply()
         return
     try:

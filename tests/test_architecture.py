@@ -21,27 +21,6 @@ from instrument.testing import reset
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "check_imports.py"
 
-# Problems other branches of issue 18 remove, by the first line's circle or import, with the
-# branch. The test is an expected failure while only these remain, and fails once one of
-# them is gone (empty the entry) or anything else appears.
-KNOWN_ELSEWHERE: dict[str, str] = {
-    "instrument.hooks.collectives -> instrument.regions.timed -> instrument.distributed": (
-        "engine: timed(barrier=True) imports distributed.barrier_region from the core"
-    ),
-    "instrument.regions.timed -> instrument.distributed.barrier_region": (
-        "engine: timed(barrier=True) imports distributed.barrier_region from the core"
-    ),
-    "instrument.regions.decorators -> instrument.regions.region -> instrument.regions": (
-        "engine: Region.__call__ imports regions.decorators"
-    ),
-    "instrument.report -> instrument.tree -> instrument.report": (
-        "flush: the report model apart from its rendering"
-    ),
-    "instrument.sinks.base -> instrument.sinks.console -> instrument.sinks.base": (
-        "process: sinks.base without sinks.console"
-    ),
-}
-
 
 def _load_checker() -> ModuleType:
     spec = importlib.util.spec_from_file_location("check_imports", SCRIPT)
@@ -82,12 +61,7 @@ def _problems(root: Path) -> list[str]:
 
 def test_the_package_has_no_import_circle_and_keeps_its_layering() -> None:
     found = check.problems()
-    unknown = [p for p in found if not any(k in p.splitlines()[0] for k in KNOWN_ELSEWHERE)]
-    assert not unknown, "\n".join(unknown)
-    gone = [k for k in KNOWN_ELSEWHERE if not any(k in p.splitlines()[0] for p in found)]
-    assert not gone, f"fixed now, remove from KNOWN_ELSEWHERE: {gone}"
-    if found:
-        pytest.xfail("left to other branches of issue 18:\n" + "\n".join(found))
+    assert not found, "\n".join(found)
 
 
 def test_observe_never_imports_the_regions() -> None:

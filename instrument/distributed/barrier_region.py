@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from instrument import _state, registry
 from instrument.distributed.barrier import _seconds, barrier_with_timeout
+from instrument.regions import timed
 from instrument.regions.frames import _get
 from instrument.regions.region import CPU, Region
 
@@ -81,3 +82,6 @@ def _check_timeout(timeout: object) -> None:
         raise TypeError(f"barrier_timeout must be {accepted}, got {timeout!r}") from None
     except ValueError:
         raise ValueError(f"barrier_timeout must be {accepted}, got {timeout!r}") from None
+
+
+timed.build_barrier_region = BarrierRegion

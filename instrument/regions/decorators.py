@@ -11,6 +11,7 @@ import inspect
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar
 
+import instrument.regions.region as region_module
 from instrument.regions import native
 from instrument.regions.frames import _close, _get, _set
 from instrument.regions.region import CPU, CpuRegion, Region, region_for
@@ -190,3 +191,6 @@ async def _timed_async_generator(
             raise
         except BaseException as exc:
             sent, thrown = None, exc
+
+
+region_module.decorate = decorate  # what ``@region`` calls (Region.__call__)

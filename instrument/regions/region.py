@@ -28,6 +28,15 @@ CPU = "cpu"
 _lock = threading.Lock()
 
 
+def _decorators_not_imported(func: Any, region: Region) -> Any:
+    raise RuntimeError("instrument.regions.decorators is not imported")
+
+
+#: ``decorate(func, region)`` behind ``@region``: :mod:`instrument.regions.decorators` builds on
+#: this module, so it plugs its ``decorate`` in here when imported (``import instrument`` does).
+decorate: Callable[[Any, Region], Any] = _decorators_not_imported
+
+
 def check_name(name: object) -> str:
     """Validate a region name: a non-empty string without '/' or control characters."""
     if not isinstance(name, str) or not name:
@@ -94,9 +103,7 @@ class Region(RegionBase):
 
     def __call__(self, func: F) -> F:
         """Decorate ``func``: each call is timed as this region."""
-        from instrument.regions.decorators import decorate  # decorators build on regions
-
-        return decorate(func, self)
+        return decorate(func, self)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -4,19 +4,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from types import TracebackType
+from typing import Any, Protocol, TypeVar, overload
 
 from instrument import clocks, observe
 from instrument.regions import native
 from instrument.regions.decorators import _is_decoratable, _NamedByFunction, _qualname, decorate
 from instrument.regions.region import Region, _by_name, check_level, check_name, region_for
 
-if TYPE_CHECKING:
-    from instrument.distributed.barrier_region import BarrierRegion
-
 F = TypeVar("F", bound=Callable[..., Any])
 #: How long ``timed(name, barrier=True)`` waits for the other ranks by default.
 BARRIER_TIMEOUT = timedelta(seconds=300)
+
+
+class BarrierTimed(Protocol):
+    """What ``timed(name, barrier=True)`` returns: a region entered after a barrier
+    (:class:`instrument.distributed.barrier_region.BarrierRegion`)."""
+
+    def wait(self) -> None: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+    def __call__(self, func: F) -> F: ...
+
+
+#: Builds ``timed(name, barrier=True)``'s region. The distributed layer builds on the core,
+#: not the reverse: :mod:`instrument.distributed.barrier_region` sets this when it is
+#: imported, which ``import instrument`` does.
+build_barrier_region: Callable[[Region, Any, timedelta | float], BarrierTimed] | None = None
 
 
 @overload
@@ -34,7 +53,7 @@ def timed(
     barrier: bool,
     barrier_group: Any = None,
     barrier_timeout: timedelta | float = ...,
-) -> BarrierRegion: ...
+) -> BarrierTimed: ...
 @overload
 def timed(name: None = None, /, *, clock: object = None, level: int = 0) -> _NamedByFunction: ...
 def timed(
@@ -78,10 +97,12 @@ def timed(
     if barrier:
         if not isinstance(name, str):
             raise TypeError("timed(..., barrier=True) needs a region name: timed('name', ...)")
-        # The distributed layer builds on the core, not the reverse: imported once, here.
-        from instrument.distributed.barrier_region import BarrierRegion
-
-        return BarrierRegion(
+        if build_barrier_region is None:
+            raise RuntimeError(
+                "timed(..., barrier=True) needs instrument.distributed.barrier_region "
+                "(imported by `import instrument`)"
+            )
+        return build_barrier_region(
             region_for(check_name(name), clock, level), barrier_group, barrier_timeout
         )
     if clock is None and level == 0 and isinstance(name, str):
