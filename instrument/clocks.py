@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -58,6 +59,26 @@ def check_clock(clock: object) -> None:
             f"unknown clock {clock!r}; expected one of 'auto', 'cpu', 'cuda', 'sync'"
             " or an object with a now_ns() method"
         )
+
+
+def reader(clock: Clock) -> Callable[[], int]:
+    """``clock.now_ns`` as regions call it: a value that is not an int (nanoseconds) fails
+    with a ``TypeError`` naming the clock. Checked at each read, never at adoption: a clock
+    is not read until a region needs it (a disabled timer never reads its clock)."""
+    now_ns = clock.now_ns
+
+    def now() -> int:
+        value = now_ns()
+        if type(value) is not int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return int(value)
+            raise TypeError(
+                f"instrument: clock {clock!r}: now_ns() must return an int (nanoseconds), "
+                f"got {value!r}"
+            )
+        return value
+
+    return now
 
 
 def resolve(clock: object, *, warn: bool = True) -> str:

@@ -54,7 +54,10 @@ def configure(
     if clock is not _UNSET:
         _state.requested_clock = clock
         _state.mode = clocks.resolve(clock)
-        _state.now = clock.now_ns if isinstance(clock, clocks.Clock) else time.perf_counter_ns
+        if isinstance(clock, clocks.Clock):
+            _state.now = clocks.reader(clock)
+        else:
+            _state.now = time.perf_counter_ns
     if level is not _UNSET:
         _state.level = level
     if nvtx is not _UNSET:

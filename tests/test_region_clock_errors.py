@@ -150,3 +150,31 @@ def test_timer_stop_with_a_failing_clock_raises_and_keeps_the_stack(
         timer.stop()
     assert not timer.running
     assert instrument.current_path() == ""
+
+
+class FloatClock:
+    """A clock of the wrong kind: seconds as a float."""
+
+    def now_ns(self) -> float:
+        return 1.5
+
+    def __repr__(self) -> str:
+        return "FloatClock()"
+
+
+def test_a_clock_returning_a_float_fails_naming_the_clock_and_the_stack_stays_consistent(
+    reporter: instrument.Reporter,
+) -> None:
+    @instrument.timed("decorated")
+    def call() -> None:
+        pass
+
+    with use_clock(FloatClock()):
+        wrong = r"clock FloatClock\(\): now_ns\(\) must return an int"
+        with pytest.raises(TypeError, match=wrong), instrument.timed("block"):
+            pass
+        with pytest.raises(TypeError, match=r"clock FloatClock\(\)"):
+            call()
+    with instrument.timed("after"):
+        pass
+    assert reporter.flush().paths() == ("after",)

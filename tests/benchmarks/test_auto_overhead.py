@@ -121,10 +121,11 @@ def _has_lightning() -> bool:
 Setup = tuple[nn.Module, torch.optim.Optimizer, Callable[[], None]]
 
 
-def mlp_setup() -> Setup:
+def mlp_setup(optimizer: type[torch.optim.Optimizer] = torch.optim.SGD) -> Setup:
+    """A tiny MLP step: 4 module calls, backward, the update, zero_grad."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    opt = optimizer(model.parameters(), lr=1e-3)
     x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
 
     def step() -> None:
@@ -261,18 +262,8 @@ REPORT_EVERY = 50
 
 
 def mlp_adamw_setup() -> Setup:
-    """The MLP step with AdamW: 4 module calls, backward, the update, zero_grad."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
-
-    def step() -> None:
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-
-    return model, opt, step
+    """The MLP step with AdamW."""
+    return mlp_setup(torch.optim.AdamW)
 
 
 def hand_hooks(model: nn.Module, opt: torch.optim.Optimizer) -> list[int]:
