@@ -178,3 +178,12 @@ def test_a_clock_returning_a_float_fails_naming_the_clock_and_the_stack_stays_co
     with instrument.timed("after"):
         pass
     assert reporter.flush().paths() == ("after",)
+
+
+def test_a_regions_own_clock_object_times_it(reporter: instrument.Reporter) -> None:
+    from instrument.testing import FakeClock
+
+    own = FakeClock()
+    with instrument.timed("own", clock=own):
+        own.advance(1.5)
+    assert reporter.flush()["own"].total == 1.5

@@ -320,7 +320,9 @@ def apply(region: Region, *, warn: bool = False) -> None:
     else:
         mode = _state.mode if region.clock is None else clocks.resolve(region.clock, warn=warn)
         cls = (_OBSERVED_CLASSES if observe.watches(region) else _MODE_CLASSES)[mode]
-    region._now = _state.now
+    # a region's own Clock object is its host clock; else the configured one
+    clock = region.clock
+    region._now = clocks.reader(clock) if isinstance(clock, clocks.Clock) else _state.now
     region.__class__ = cls
 
 
