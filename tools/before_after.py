@@ -88,8 +88,13 @@ print(json.dumps(rows))
 
 def measure(checkout: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": checkout}
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True
+    done = subprocess.run(  # run in the checkout: `python -c` puts the cwd first on sys.path
+        [sys.executable, "-c", PROBE],
+        env=env,
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
