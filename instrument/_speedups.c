@@ -1771,8 +1771,10 @@ static PyMemberDef timed_wrapper_members[] = {
 };
 
 static PyType_Slot timed_function_slots[] = {
-    {Py_tp_traverse, NULL}, /* wrapt's, set by timed_function_types() */
-    {Py_tp_clear, NULL},    /* wrapt's, likewise */
+    {Py_tp_traverse, NULL},   /* wrapt's, set by timed_function_types() */
+    {Py_tp_clear, NULL},      /* wrapt's, likewise */
+    {Py_tp_descr_get, NULL},  /* wrapt's, likewise: PyType_Ready wants it given, not
+                                 inherited, with Py_TPFLAGS_METHOD_DESCRIPTOR */
     {Py_tp_new, timed_function_new},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_members, timed_wrapper_members},
@@ -1909,6 +1911,9 @@ timed_function_types(PyObject *module, PyObject *args)
     if (ok < 0) {
         return NULL;
     }
+    if (ok == 1 && ((PyTypeObject *)function_type)->tp_descr_get == NULL) {
+        ok = 0; /* not a descriptor: methods would not bind */
+    }
     if (ok == 0) {
         PyErr_SetString(PyExc_TypeError,
                         "timed_function_types() needs wrapt's C FunctionWrapper and "
@@ -1918,6 +1923,7 @@ timed_function_types(PyObject *module, PyObject *args)
     /* the slots[0] and [1] placeholders: wrapt's own GC functions, as for any subtype */
     timed_function_slots[0].pfunc = (void *)((PyTypeObject *)function_type)->tp_traverse;
     timed_function_slots[1].pfunc = (void *)((PyTypeObject *)function_type)->tp_clear;
+    timed_function_slots[2].pfunc = (void *)((PyTypeObject *)function_type)->tp_descr_get;
     timed_bound_slots[0].pfunc = (void *)((PyTypeObject *)bound_type)->tp_traverse;
     timed_bound_slots[1].pfunc = (void *)((PyTypeObject *)bound_type)->tp_clear;
     PyObject *btype = derive(&timed_bound_spec, bound_type, NULL);
