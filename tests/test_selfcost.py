@@ -124,6 +124,7 @@ def test_regions_entered_through_auto_hooks_are_counted_at_the_hook_cost(
     assert (third.self_cost.regions, third.self_cost.hooked) == (1, 0)
     assert third.self_cost.hooked_ns == 0.0  # no hook left: nothing counted at its cost
     assert "hooked" not in third.render().splitlines()[1]
+    assert "instrument/hooked" not in scalars(third)
 
 
 def test_the_final_report_of_auto_counts_its_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
