@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from instrument import clocks, config, registry, selfcost, throughput
+from instrument import clocks, config, registry, throughput
 from instrument._warn import warn_once
 from instrument.hooks import backward as backward_hooks
 from instrument.hooks import checkpoint as checkpoint_hooks
@@ -391,31 +391,6 @@ def _install(
         undo.append(collective_hooks.install())
         collective_hooks.anchor = backward_hooks.anchor
         collective_hooks.hook_ddp(model)
-    names = _hooked_names(targets, backward, optimizers, lr_scheduler, dataloader, collectives)
-    undo.append(selfcost.count_hooked(names, hook_cost.hook_ns))
-
-
-def _hooked_names(
-    targets: list[module_hooks.Target],
-    backward: bool | str,
-    optimizers: list[torch.optim.Optimizer],
-    lr_scheduler: object,
-    dataloader: object,
-    collectives: bool,
-) -> set[str]:
-    """The names of the regions the hooks just installed enter: :mod:`instrument.selfcost`
-    counts their calls at a hooked region's cost."""
-    names = {target.name for target in targets} | {"zero_grad"}
-    if backward:
-        names |= {"backward", "recompute"}
-    if optimizers:
-        names |= {"optimizer", "clip_grad_norm"}
-    if lr_scheduler is not None:
-        names.add("lr_scheduler")
-    if dataloader is not None:
-        names.add("data")
-    if collectives:
-        from instrument.hooks import collectives as collective_hooks
-
-        names.update(collective_hooks.BUFFERS)
-    return names
+    undo.append(
+        hook_cost.count(targets, backward, optimizers, lr_scheduler, dataloader, collectives)
+    )

@@ -1,4 +1,7 @@
-"""What one region entered through ``auto``'s hooks costs on this machine, measured once.
+"""Which regions ``auto``'s hooks enter, and what one costs on this machine, measured once.
+
+:func:`count` registers the names of the regions the hooks just installed enter with
+:mod:`instrument.selfcost`, which states their calls at :func:`hook_ns`'s cost.
 
 The hook measured is the most frequent one, a module's timed ``forward`` (the method
 :class:`~instrument.hooks.modules.ModuleHooks` puts on the instance): an ``nn.Identity``
@@ -15,7 +18,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from instrument.hooks.modules import ModuleHooks
+from instrument import selfcost
+from instrument.hooks.modules import ModuleHooks, Target
 from instrument.regions import frames
 from instrument.regions.region import CpuRegion
 from instrument.registry import PathNode
@@ -23,6 +27,32 @@ from instrument.registry import PathNode
 #: Calls timed per calibration round (a round takes under a millisecond; 4 ms in all).
 CALLS = 400
 ROUNDS = 5
+
+
+def count(
+    targets: list[Target],
+    backward: bool | str,
+    optimizers: list[torch.optim.Optimizer],
+    lr_scheduler: object,
+    dataloader: object,
+    collectives: bool,
+) -> Callable[[], None]:
+    """Count the calls of the regions ``auto``'s hooks enter (its arguments say which hooks
+    it installed) at a hooked region's cost, until the returned undo runs."""
+    names = {target.name for target in targets} | {"zero_grad"}
+    if backward:
+        names |= {"backward", "recompute"}
+    if optimizers:
+        names |= {"optimizer", "clip_grad_norm"}
+    if lr_scheduler is not None:
+        names.add("lr_scheduler")
+    if dataloader is not None:
+        names.add("data")
+    if collectives:
+        from instrument.hooks import collectives as collective_hooks  # as auto: when asked
+
+        names.update(collective_hooks.BUFFERS)
+    return selfcost.count_hooked(names, hook_ns)
 
 
 def hook_ns() -> float:
