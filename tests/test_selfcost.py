@@ -172,3 +172,8 @@ def test_the_hook_calibration_measures_a_hooked_module_and_leaves_the_tree_alone
     assert 0.0 < cost < 1e6  # ns: far below a millisecond on any machine
     assert set(registry.ROOT.children) - before == {"calibrated-inside"}
     assert not registry.ROOT.children["calibrated-inside"].children
+
+
+def test_a_self_cost_written_before_hooks_were_counted_apart_reads_back() -> None:
+    older = {"regions": 3, "region_ns": 200.0, "flush_seconds": 0.001, "interval_seconds": 1.0}
+    assert SelfCost.from_dict(older) == SelfCost(3, 200.0, 0.001, 1.0, hooked=0, hooked_ns=0.0)
