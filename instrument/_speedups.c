@@ -800,15 +800,50 @@ use_holders(PyObject *module, PyObject *Py_UNUSED(ignored))
 
 /* -- regions --------------------------------------------------------------------------- */
 
+/* CpuRegion's and SkippedRegion's __enter__ / __exit__ (see "bound once" below) */
+enum { M_CPU_ENTER, M_CPU_EXIT, M_SKIP_ENTER, M_SKIP_EXIT, N_METHODS };
+
 typedef struct {
     PyObject_HEAD
     PyObject *name;
     PyObject *clock;
     PyObject *now;
     Py_ssize_t level;
+    PyObject *bound[N_METHODS]; /* its methods bound once, made on first lookup */
+    /* the child node last found for this region: cache_child (borrowed) is
+     * children[cache_name] of the children dict whose version tag is cache_version; a dict's
+     * version tag changes on every change and is never reused, by that or any other dict */
+    PyObject *cache_name;
+    PyObject *cache_child;
+    uint64_t cache_version; /* 0: nothing cached */
 } RegionObject;
 
 static PyTypeObject RegionType;
+
+/* A dict's version tag (PEP 509) where CPython keeps one (to 3.13); 0 elsewhere, which
+ * turns the lookup caches off. */
+#if PY_VERSION_HEX < 0x030E0000
+#define HAVE_DICT_VERSION 1
+static inline uint64_t
+dict_version(PyObject *d)
+{
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+    return ((PyDictObject *)d)->ma_version_tag;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+}
+#else
+#define HAVE_DICT_VERSION 0
+static inline uint64_t
+dict_version(PyObject *d)
+{
+    return 0;
+}
+#endif
 
 /* -1 with AttributeError (as for an unset __slots__ field) if __init__ never ran; the
  * field named is the one the Python code would read first (enter: name, exit: _now). */
@@ -835,6 +870,16 @@ exit_arity(Py_ssize_t nargs)
     return -1;
 }
 
+static int
+enter_arity(Py_ssize_t nargs)
+{
+    if (nargs == 0) {
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "__enter__() takes no arguments, got %zd", nargs);
+    return -1;
+}
+
 static inline int
 read_now(PyObject *now, int64_t *out)
 {
@@ -857,14 +902,217 @@ read_now(PyObject *now, int64_t *out)
     return 0;
 }
 
+/* -- frames: start times and spare frames ----------------------------------------------
+ * A frame's start time is a Python int (frames are the tuples frames.py describes). A
+ * frame that nothing references any more once it is closed -- nor its start time -- is
+ * kept as a spare (up to SPARE_FRAMES) and refilled by the next enter: its int is set to
+ * the new start time in place when it has as many digits (no other reference exists, so
+ * no one can see it change), which saves allocating and freeing a tuple and an int per
+ * region. A spare holds None in place of its node, parent and owner, so it keeps nothing
+ * alive (and is harmless where gc.get_objects() shows it). Off from 3.14, whose reference
+ * counts no longer say "no other reference". */
+
+#if PY_VERSION_HEX < 0x030E0000
+#define SPARE_FRAMES 16
+#else
+#define SPARE_FRAMES 0
+#endif
+
+#if PY_VERSION_HEX < 0x030C0000
+#define LONG_DIGITS(o) (((PyLongObject *)(o))->ob_digit)
+#else
+#define LONG_DIGITS(o) (((PyLongObject *)(o))->long_value.ob_digit)
+#endif
+
+/* The number of digits of a positive int as CPython stores it, or -1 if it is not positive
+ * (or, from 3.14, not known). */
+static inline Py_ssize_t
+long_positive_size(PyObject *o)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t size = Py_SIZE(o);
+    return size > 0 ? size : -1;
+#elif SPARE_FRAMES
+    uintptr_t tag = ((PyLongObject *)o)->long_value.lv_tag;
+    return (tag & 3) == 0 ? (Py_ssize_t)(tag >> 3) : -1; /* sign bits 0: positive */
+#else
+    return -1;
+#endif
+}
+
+/* The value of the int `o` (a frame's start time) in *out; 0, or -1 with an exception. */
+static inline int
+long_read(PyObject *o, int64_t *out)
+{
+    if (PyLong_CheckExact(o) && long_positive_size(o) == 2) {
+        *out = (int64_t)LONG_DIGITS(o)[0] | ((int64_t)LONG_DIGITS(o)[1] << PyLong_SHIFT);
+        return 0;
+    }
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* Set the int `o`, referenced by a spare frame only, to v in place; -1 (nothing changed)
+ * unless v > 0 has exactly as many digits as `o`. */
+static inline int
+long_reuse(PyObject *o, int64_t v)
+{
+    if (v <= 0) {
+        return -1;
+    }
+    digit d[(64 + PyLong_SHIFT - 1) / PyLong_SHIFT];
+    Py_ssize_t n = 0;
+    for (uint64_t u = (uint64_t)v; u != 0; u >>= PyLong_SHIFT) {
+        d[n++] = (digit)(u & PyLong_MASK);
+    }
+    if (long_positive_size(o) != n) {
+        return -1;
+    }
+    memcpy(LONG_DIGITS(o), d, (size_t)n * sizeof(digit));
+    return 0;
+}
+
+/* Put `item` (a reference taken over) in place of the item `i` of the frame being built:
+ * None in a spare, NULL in a new tuple. */
+static inline void
+frame_put(PyObject *frame, Py_ssize_t i, PyObject *item)
+{
+    PyObject *old = PyTuple_GET_ITEM(frame, i);
+    PyTuple_SET_ITEM(frame, i, item);
+    Py_XDECREF(old);
+}
+
+static PyObject *spare_frames[SPARE_FRAMES > 0 ? SPARE_FRAMES : 1];
+static int n_spare = 0;
+
+/* A new frame (node, t0, parent, owner, None): a spare refilled, or a new tuple. Takes
+ * over the references to `node` and `parent`, also on failure (NULL). */
+static PyObject *
+frame_make(PyObject *node, int64_t t0, PyObject *parent, PyObject *owner)
+{
+    PyObject *frame;
+    if (n_spare > 0) {
+        frame = spare_frames[--n_spare];
+        PyObject *old = PyTuple_GET_ITEM(frame, 1);
+        if (long_reuse(old, t0) < 0) {
+            PyObject *t = PyLong_FromLongLong(t0);
+            if (t == NULL) {
+                spare_frames[n_spare++] = frame;
+                Py_DECREF(node);
+                Py_DECREF(parent);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(frame, 1, t);
+            Py_DECREF(old);
+        }
+        if (!PyObject_GC_IsTracked(frame)) {
+            PyObject_GC_Track(frame);
+        }
+    }
+    else {
+        PyObject *t = PyLong_FromLongLong(t0);
+        frame = t == NULL ? NULL : PyTuple_New(5);
+        if (frame == NULL) {
+            Py_XDECREF(t);
+            Py_DECREF(node);
+            Py_DECREF(parent);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(frame, 1, t);
+        Py_INCREF(Py_None);
+        PyTuple_SET_ITEM(frame, 4, Py_None);
+    }
+    Py_INCREF(owner);
+    frame_put(frame, 0, node);
+    frame_put(frame, 2, parent);
+    frame_put(frame, 3, owner);
+    return frame;
+}
+
+/* Release our reference to a closed frame: kept as a spare when it was the last one to
+ * the frame and to its start time. */
+static void
+frame_release(PyObject *frame)
+{
+#if SPARE_FRAMES
+    if (Py_REFCNT(frame) == 1 && n_spare < SPARE_FRAMES && PyTuple_CheckExact(frame) &&
+        PyTuple_GET_SIZE(frame) == 5 && PyTuple_GET_ITEM(frame, 4) == Py_None) {
+        PyObject *t = PyTuple_GET_ITEM(frame, 1);
+        if (t != NULL && PyLong_CheckExact(t) && Py_REFCNT(t) == 1) {
+            PyObject *node = PyTuple_GET_ITEM(frame, 0), *parent = PyTuple_GET_ITEM(frame, 2);
+            PyObject *owner = PyTuple_GET_ITEM(frame, 3);
+            Py_INCREF(Py_None);
+            Py_INCREF(Py_None);
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(frame, 0, Py_None);
+            PyTuple_SET_ITEM(frame, 2, Py_None);
+            PyTuple_SET_ITEM(frame, 3, Py_None);
+            spare_frames[n_spare++] = frame;
+            Py_DECREF(node); /* may free objects: the spare is consistent already */
+            Py_DECREF(parent);
+            Py_DECREF(owner);
+            return;
+        }
+    }
+#endif
+    Py_DECREF(frame);
+}
+
+/* The child node named like `self` under `pnode` (a new reference), made by pnode.child()
+ * when missing (regions/region.py's Region._open). */
+static PyObject *
+child_of(RegionObject *self, NodeObject *pnode)
+{
+    PyObject *children = pnode->children;
+    uint64_t version = HAVE_DICT_VERSION ? dict_version(children) : 0;
+    if (version != 0 && version == self->cache_version && self->name == self->cache_name) {
+        Py_INCREF(self->cache_child);
+        return self->cache_child;
+    }
+    PyObject *node = PyDict_GetItemWithError(children, self->name);
+    if (node != NULL) {
+        Py_INCREF(node);
+        if (version != 0 && PyUnicode_CheckExact(self->name) &&
+            PyObject_TypeCheck(node, &NodeType)) {
+            Py_INCREF(self->name);
+            Py_XSETREF(self->cache_name, self->name);
+            self->cache_child = node;
+            self->cache_version = version;
+        }
+    }
+    else {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        PyObject *level = PyLong_FromSsize_t(self->level);
+        node = level ? PyObject_CallMethodObjArgs((PyObject *)pnode, str_child, self->name,
+                                                  level, str_cpu, NULL)
+                     : NULL;
+        Py_XDECREF(level);
+        if (node == NULL) {
+            return NULL;
+        }
+    }
+    if (!PyObject_TypeCheck(node, &NodeType)) {
+        PyErr_SetString(PyExc_TypeError, "path node is not a NodeBase");
+        Py_DECREF(node);
+        return NULL;
+    }
+    return node;
+}
+
 /* regions/region.py's Region._open for the host clock (CpuRegion.__enter__): open a frame
- * for `self` in this context. On success returns 0 and new references to the parent frame
- * and the node, and the start time. */
-static int
-open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64_t *t0)
+ * for `self` in this context. Returns a new reference to the frame (node, t0, parent,
+ * self, None) and its start time in *t0, or NULL. */
+static PyObject *
+open_cpu(RegionObject *self, int64_t *t0)
 {
     if (region_unset(self, 0) < 0) {
-        return -1;
+        return NULL;
     }
     PyObject *held = NULL;
     PyObject *parent = top_read(&held);
@@ -874,68 +1122,39 @@ open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64
         if (!PyErr_Occurred()) {
             malformed_frame();
         }
-        return -1;
+        return NULL;
     }
-    PyObject *pnode = PyTuple_GET_ITEM(parent, 0);
-    PyObject *node = PyDict_GetItemWithError(((NodeObject *)pnode)->children, self->name);
-    if (node != NULL) {
-        Py_INCREF(node);
+    PyObject *node = child_of(self, (NodeObject *)PyTuple_GET_ITEM(parent, 0));
+    if (node == NULL) {
+        Py_DECREF(parent);
+        Py_DECREF(held);
+        return NULL;
     }
-    else {
-        if (PyErr_Occurred()) {
-            Py_DECREF(parent);
-            Py_DECREF(held);
-            return -1;
-        }
-        PyObject *level = PyLong_FromSsize_t(self->level);
-        node = level ? PyObject_CallMethodObjArgs(pnode, str_child, self->name, level,
-                                                  str_cpu, NULL)
-                     : NULL;
-        Py_XDECREF(level);
-        if (node == NULL) {
-            Py_DECREF(parent);
-            Py_DECREF(held);
-            return -1;
-        }
-        if (!PyObject_TypeCheck(node, &NodeType)) {
-            PyErr_SetString(PyExc_TypeError, "path node is not a NodeBase");
-            Py_DECREF(node);
-            Py_DECREF(parent);
-            Py_DECREF(held);
-            return -1;
-        }
-    }
-    PyObject *t0obj = NULL, *frame = NULL;
-    int rc = -1;
-    if (read_now(self->now, t0) == 0 && (t0obj = PyLong_FromLongLong(*t0)) != NULL &&
-        (frame = PyTuple_Pack(5, node, t0obj, parent, (PyObject *)self, Py_None)) != NULL) {
-        rc = top_swap(held, frame); /* Python code may have run since top_read: re-checked */
-    }
-    Py_XDECREF(t0obj);
-    Py_XDECREF(frame);
-    Py_DECREF(held);
-    if (rc < 0) {
+    if (read_now(self->now, t0) < 0) {
         Py_DECREF(node);
         Py_DECREF(parent);
-        return -1;
+        Py_DECREF(held);
+        return NULL;
     }
-    *parent_out = parent;
-    *node_out = (NodeObject *)node;
-    return 0;
+    PyObject *frame = frame_make(node, *t0, parent, (PyObject *)self);
+    /* Python code may have run since top_read (a new child): top_swap re-checks */
+    if (frame != NULL && top_swap(held, frame) < 0) {
+        Py_CLEAR(frame);
+    }
+    Py_DECREF(held);
+    return frame;
 }
 
 /* CpuRegion.__enter__ */
 static PyObject *
-Region_cpu_enter(RegionObject *self, PyObject *Py_UNUSED(ignored))
+Region_cpu_enter(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *parent;
-    NodeObject *node;
     int64_t t0;
-    if (check_bound() < 0 || open_cpu(self, &parent, &node, &t0) < 0) {
+    PyObject *frame;
+    if (enter_arity(nargs) < 0 || check_bound() < 0 || (frame = open_cpu(self, &t0)) == NULL) {
         return NULL;
     }
-    Py_DECREF(parent);
-    Py_DECREF(node);
+    Py_DECREF(frame); /* this context's stack holds it */
     Py_INCREF(self);
     return (PyObject *)self;
 }
@@ -996,24 +1215,23 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     int rc = top_swap(held, PyTuple_GET_ITEM(frame, 2));
     Py_DECREF(held);
-    if (rc < 0) {
+    int64_t t0;
+    if (rc < 0 || long_read(PyTuple_GET_ITEM(frame, 1), &t0) < 0) {
         Py_DECREF(frame);
         return NULL;
     }
-    long long t0 = PyLong_AsLongLong(PyTuple_GET_ITEM(frame, 1));
-    if (t0 == -1 && PyErr_Occurred()) {
-        Py_DECREF(frame);
-        return NULL;
-    }
-    node_add((NodeObject *)PyTuple_GET_ITEM(frame, 0), t1 - (int64_t)t0);
-    Py_DECREF(frame);
+    node_add((NodeObject *)PyTuple_GET_ITEM(frame, 0), t1 - t0);
+    frame_release(frame);
     Py_RETURN_NONE;
 }
 
 /* SkippedRegion.__enter__ */
 static PyObject *
-Region_skip_enter(RegionObject *self, PyObject *Py_UNUSED(ignored))
+Region_skip_enter(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (enter_arity(nargs) < 0) {
+        return NULL;
+    }
     Py_INCREF(self);
     return (PyObject *)self;
 }
@@ -1044,15 +1262,252 @@ Region_skip_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-static PyMethodDef Region_methods[] = {
-    {"_cpu_enter", (PyCFunction)Region_cpu_enter, METH_NOARGS, "Host-clock __enter__."},
-    {"_cpu_exit", (PyCFunction)(void (*)(void))Region_cpu_exit, METH_FASTCALL,
-     "Host-clock __exit__."},
-    {"_skip_enter", (PyCFunction)Region_skip_enter, METH_NOARGS, "Disabled __enter__."},
-    {"_skip_exit", (PyCFunction)(void (*)(void))Region_skip_exit, METH_FASTCALL,
-     "Disabled __exit__ (closes a frame opened before disable())."},
-    {NULL, NULL, 0, NULL},
+/* -- __enter__ / __exit__ bound once ----------------------------------------------------
+ * A `with` statement looks __enter__ and __exit__ up on the region's type and binds both
+ * to the region, every time: for a method, two new bound-method objects per `with`.
+ * CpuRegion's and SkippedRegion's __enter__/__exit__ are RegionMethod descriptors (the
+ * RegionBase attributes _cpu_enter, _cpu_exit, _skip_enter, _skip_exit), whose binding
+ * is one object per region and method, a RegionBoundMethod made on the first lookup and
+ * kept by the region: a `with` then binds by taking a reference. Called unbound
+ * (CpuRegion.__enter__(region)) a descriptor takes the region as its first argument. */
+
+typedef PyObject *(*region_method)(RegionObject *, PyObject *const *, Py_ssize_t);
+
+static const struct {
+    const char *attr; /* the RegionBase attribute */
+    const char *name; /* the method it stands for */
+    region_method fn;
+} region_methods[N_METHODS] = {
+    [M_CPU_ENTER] = {"_cpu_enter", "__enter__", Region_cpu_enter},
+    [M_CPU_EXIT] = {"_cpu_exit", "__exit__", Region_cpu_exit},
+    [M_SKIP_ENTER] = {"_skip_enter", "__enter__", Region_skip_enter},
+    [M_SKIP_EXIT] = {"_skip_exit", "__exit__", Region_skip_exit},
 };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *region; /* a RegionBase, or NULL once cleared by the garbage collector */
+    int kind;
+    vectorcallfunc vectorcall;
+} BoundObject;
+
+typedef struct {
+    PyObject_HEAD
+    int kind;
+    vectorcallfunc vectorcall;
+} MethodObject;
+
+static PyTypeObject BoundType, MethodType;
+
+static int
+no_keywords(const char *name, PyObject *kwnames)
+{
+    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) {
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "%s() takes no keyword arguments", name);
+    return -1;
+}
+
+static PyObject *
+Bound_vectorcall(BoundObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (no_keywords(region_methods[self->kind].name, kwnames) < 0) {
+        return NULL;
+    }
+    if (self->region == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "region method used after it was cleared");
+        return NULL;
+    }
+    return region_methods[self->kind].fn((RegionObject *)self->region, args,
+                                         PyVectorcall_NARGS(nargsf));
+}
+
+static int
+Bound_traverse(BoundObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->region);
+    return 0;
+}
+
+static int
+Bound_clear(BoundObject *self)
+{
+    Py_CLEAR(self->region);
+    return 0;
+}
+
+static void
+Bound_dealloc(BoundObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Bound_clear(self);
+    PyObject_GC_Del(self);
+}
+
+static PyObject *
+Bound_repr(BoundObject *self)
+{
+    return PyUnicode_FromFormat("<bound method %s of %R>", region_methods[self->kind].name,
+                                self->region != NULL ? self->region : Py_None);
+}
+
+static PyObject *
+Bound_self(BoundObject *self, void *closure)
+{
+    PyObject *region = self->region != NULL ? self->region : Py_None;
+    Py_INCREF(region);
+    return region;
+}
+
+static PyObject *
+Bound_name(BoundObject *self, void *closure)
+{
+    return PyUnicode_FromString(region_methods[self->kind].name);
+}
+
+static PyGetSetDef Bound_getset[] = {
+    {"__self__", (getter)Bound_self, NULL, NULL, NULL},
+    {"__name__", (getter)Bound_name, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject BoundType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.RegionBoundMethod",
+    .tp_doc = "A region's __enter__ or __exit__, bound once (see RegionMethod).",
+    .tp_basicsize = sizeof(BoundObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_dealloc = (destructor)Bound_dealloc,
+    .tp_traverse = (traverseproc)Bound_traverse,
+    .tp_clear = (inquiry)Bound_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(BoundObject, vectorcall),
+    .tp_repr = (reprfunc)Bound_repr,
+    .tp_getset = Bound_getset,
+};
+
+static int
+not_a_region(MethodObject *self, PyObject *obj)
+{
+    PyErr_Format(PyExc_TypeError,
+                 "descriptor '%s' for 'instrument._speedups.RegionBase' objects doesn't apply "
+                 "to a '%.100s' object",
+                 region_methods[self->kind].attr, Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+/* descriptor.__get__(region): the region's bound method of this kind, made once */
+static PyObject *
+Method_get(MethodObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL) {
+        Py_INCREF(self);
+        return (PyObject *)self;
+    }
+    if (!PyObject_TypeCheck(obj, &RegionType)) {
+        not_a_region(self, obj);
+        return NULL;
+    }
+    PyObject **slot = &((RegionObject *)obj)->bound[self->kind];
+    if (*slot == NULL) {
+        BoundObject *b = PyObject_GC_New(BoundObject, &BoundType);
+        if (b == NULL) {
+            return NULL;
+        }
+        Py_INCREF(obj);
+        b->region = obj;
+        b->kind = self->kind;
+        b->vectorcall = (vectorcallfunc)Bound_vectorcall;
+        PyObject_GC_Track(b);
+        if (*slot == NULL) {
+            *slot = (PyObject *)b;
+        }
+        else { /* made meanwhile (not without the GIL released, but cheap to handle) */
+            Py_DECREF(b);
+        }
+    }
+    Py_INCREF(*slot);
+    return *slot;
+}
+
+/* descriptor(region, *args): the method called unbound */
+static PyObject *
+Method_vectorcall(MethodObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (no_keywords(region_methods[self->kind].name, kwnames) < 0) {
+        return NULL;
+    }
+    if (nargs < 1) {
+        PyErr_Format(PyExc_TypeError, "unbound %s() needs a region argument",
+                     region_methods[self->kind].attr);
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &RegionType)) {
+        not_a_region(self, args[0]);
+        return NULL;
+    }
+    return region_methods[self->kind].fn((RegionObject *)args[0], args + 1, nargs - 1);
+}
+
+static PyObject *
+Method_repr(MethodObject *self)
+{
+    return PyUnicode_FromFormat("<region method '%s' (%s) of 'RegionBase' objects>",
+                                region_methods[self->kind].attr, region_methods[self->kind].name);
+}
+
+static PyObject *
+Method_name(MethodObject *self, void *closure)
+{
+    return PyUnicode_FromString(region_methods[self->kind].name);
+}
+
+static PyGetSetDef Method_getset[] = {
+    {"__name__", (getter)Method_name, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject MethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.RegionMethod",
+    .tp_doc = "CpuRegion's or SkippedRegion's __enter__ or __exit__: binds once per region.",
+    .tp_basicsize = sizeof(MethodObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_dealloc = (destructor)PyObject_Del,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(MethodObject, vectorcall),
+    .tp_descr_get = (descrgetfunc)Method_get,
+    .tp_repr = (reprfunc)Method_repr,
+    .tp_getset = Method_getset,
+};
+
+/* Make the types above ready and add the four descriptors to RegionBase (module init). */
+static int
+add_region_methods(void)
+{
+    if (PyType_Ready(&BoundType) < 0 || PyType_Ready(&MethodType) < 0) {
+        return -1;
+    }
+    for (int kind = 0; kind < N_METHODS; kind++) {
+        MethodObject *m = PyObject_New(MethodObject, &MethodType);
+        if (m == NULL) {
+            return -1;
+        }
+        m->kind = kind;
+        m->vectorcall = (vectorcallfunc)Method_vectorcall;
+        int rc = PyDict_SetItemString(RegionType.tp_dict, region_methods[kind].attr,
+                                      (PyObject *)m);
+        Py_DECREF(m);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    PyType_Modified(&RegionType);
+    return 0;
+}
+
 
 static const FieldSpec region_fields[] = {
     {"region", "name", offsetof(RegionObject, name), F_STR},
@@ -1073,6 +1528,9 @@ Region_traverse(RegionObject *self, visitproc visit, void *arg)
     Py_VISIT(self->name);
     Py_VISIT(self->clock);
     Py_VISIT(self->now);
+    for (int kind = 0; kind < N_METHODS; kind++) {
+        Py_VISIT(self->bound[kind]);
+    }
     return 0;
 }
 
@@ -1082,6 +1540,11 @@ Region_clear(RegionObject *self)
     Py_CLEAR(self->name);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->now);
+    for (int kind = 0; kind < N_METHODS; kind++) {
+        Py_CLEAR(self->bound[kind]);
+    }
+    self->cache_version = 0;
+    Py_CLEAR(self->cache_name);
     return 0;
 }
 
@@ -1103,7 +1566,6 @@ static PyTypeObject RegionType = {
     .tp_dealloc = (destructor)Region_dealloc,
     .tp_traverse = (traverseproc)Region_traverse,
     .tp_clear = (inquiry)Region_clear,
-    .tp_methods = Region_methods,
     .tp_getset = Region_getset,
 };
 
@@ -1163,11 +1625,12 @@ typedef struct {
 /* The end of one timed host-clock call (decorators.py's wrapper, the `finally` of
  * frames._close): read the clock, restore the parent frame, record; return the call's
  * outcome unchanged -- or the clock's error when the call succeeded but the clock failed,
- * as for a `with` block. Takes over the references to `parent`, `node` and `result`. */
+ * as for a `with` block. Takes over the references to `frame` (open_cpu's) and `result`. */
 static PyObject *
-finish_timed_call(RegionObject *region, PyObject *parent, NodeObject *node, int64_t t0,
-                  PyObject *result)
+finish_timed_call(RegionObject *region, PyObject *frame, int64_t t0, PyObject *result)
 {
+    PyObject *parent = PyTuple_GET_ITEM(frame, 2);
+    NodeObject *node = (NodeObject *)PyTuple_GET_ITEM(frame, 0);
     int64_t t1;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb); /* keep the call's exception untouched */
@@ -1183,8 +1646,7 @@ finish_timed_call(RegionObject *region, PyObject *parent, NodeObject *node, int6
     if (!restored) {
         PyErr_Clear(); /* instrumentation must not replace the call's outcome */
     }
-    Py_DECREF(parent);
-    Py_DECREF(node);
+    frame_release(frame);
     if (!clock_ok && result != NULL) {
         Py_DECREF(result);
         PyErr_Restore(ct, cv, ctb);
@@ -1208,14 +1670,13 @@ call_timed(PyObject *region, PyObject *wrapped, PyObject *cargs, PyObject *ckw)
         }
         return PyObject_CallMethodObjArgs(region, str_call, wrapped, cargs, ckw, NULL);
     }
-    PyObject *parent;
-    NodeObject *node;
+    PyObject *frame;
     int64_t t0;
-    if (check_bound() < 0 || open_cpu((RegionObject *)region, &parent, &node, &t0) < 0) {
+    if (check_bound() < 0 || (frame = open_cpu((RegionObject *)region, &t0)) == NULL) {
         return NULL;
     }
     PyObject *result = PyObject_Call(wrapped, cargs, ckw);
-    return finish_timed_call((RegionObject *)region, parent, node, t0, result);
+    return finish_timed_call((RegionObject *)region, frame, t0, result);
 }
 
 /* args/kwargs that are not a tuple/dict (wrapt always passes those): converted as
@@ -1348,6 +1809,11 @@ typedef struct {
     PyObject *slow;
     PyObject *dict;
     vectorcallfunc vectorcall;
+    /* the name last answered (strong) and its region (borrowed: by_name[last_name] while
+     * by_name's version tag is last_version, as for RegionObject's child cache) */
+    PyObject *last_name;
+    PyObject *last_found;
+    uint64_t last_version; /* 0: nothing remembered */
 } DispatchObject;
 
 static PyObject *
@@ -1361,9 +1827,20 @@ Dispatch_vectorcall(DispatchObject *self, PyObject *const *args, size_t nargsf,
     }
     if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) &&
         PyUnicode_CheckExact(args[0])) {
+        uint64_t version = HAVE_DICT_VERSION ? dict_version(self->by_name) : 0;
+        if (args[0] == self->last_name && version == self->last_version && version != 0) {
+            Py_INCREF(self->last_found);
+            return self->last_found;
+        }
         PyObject *found = PyDict_GetItemWithError(self->by_name, args[0]);
         if (found != NULL) {
             Py_INCREF(found);
+            if (version != 0) {
+                Py_INCREF(args[0]);
+                Py_XSETREF(self->last_name, args[0]);
+                self->last_found = found;
+                self->last_version = version;
+            }
             return found;
         }
         if (PyErr_Occurred()) {
@@ -1407,6 +1884,8 @@ Dispatch_clear(DispatchObject *self)
     Py_CLEAR(self->by_name);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->dict);
+    self->last_version = 0;
+    Py_CLEAR(self->last_name);
     return 0;
 }
 
@@ -1562,7 +2041,7 @@ module_exec(PyObject *m)
     }
     if (PyType_Ready(&NodeType) < 0 || PyType_Ready(&RegionType) < 0 ||
         PyType_Ready(&CallTimerType) < 0 || PyType_Ready(&DispatchType) < 0 ||
-        PyType_Ready(&ActiveType) < 0) {
+        PyType_Ready(&ActiveType) < 0 || add_region_methods() < 0) {
         return -1;
     }
     if (str_child == NULL) {
@@ -1692,14 +2171,13 @@ static PyObject *
 timed_region_vectorcall(RegionObject *region, PyObject *wrapped, PyObject *const *args,
                         size_t nargsf, PyObject *kwnames)
 {
-    PyObject *parent;
-    NodeObject *node;
+    PyObject *frame;
     int64_t t0;
-    if (open_cpu(region, &parent, &node, &t0) < 0) {
+    if ((frame = open_cpu(region, &t0)) == NULL) {
         return NULL;
     }
     PyObject *result = PyObject_Vectorcall(wrapped, args, nargsf, kwnames);
-    return finish_timed_call(region, parent, node, t0, result);
+    return finish_timed_call(region, frame, t0, result);
 }
 
 static PyObject *
