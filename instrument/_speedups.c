@@ -435,11 +435,37 @@ static PyTypeObject NodeType = {
 
 /* A region frame is (node, t0, parent frame, owner, event): whatever Python code put in the
  * context variable or passed to set_top() is checked before its items are read. */
+static PyTypeObject *node_types_seen[4]; /* NodeBase subclasses seen (strong, kept) */
+
+/* PyObject_TypeCheck(o, &NodeType), remembering a few subclasses (PathNode) so that the
+ * hot path compares pointers instead of walking the MRO. */
+static inline int
+is_node(PyObject *o)
+{
+    PyTypeObject *t = Py_TYPE(o);
+    if (t == &NodeType || t == node_types_seen[0] || t == node_types_seen[1]) {
+        return 1;
+    }
+    if (!PyType_IsSubtype(t, &NodeType)) {
+        return 0;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (node_types_seen[i] == t) {
+            return 1;
+        }
+        if (node_types_seen[i] == NULL) {
+            Py_INCREF(t);
+            node_types_seen[i] = t;
+            return 1;
+        }
+    }
+    return 1;
+}
+
 static inline int
 is_frame(PyObject *f)
 {
-    return PyTuple_CheckExact(f) && PyTuple_GET_SIZE(f) == 5 &&
-           PyObject_TypeCheck(PyTuple_GET_ITEM(f, 0), &NodeType) &&
+    return PyTuple_CheckExact(f) && PyTuple_GET_SIZE(f) == 5 && is_node(PyTuple_GET_ITEM(f, 0)) &&
            ((NodeObject *)PyTuple_GET_ITEM(f, 0))->children != NULL;
 }
 
@@ -593,6 +619,16 @@ hamt_node_kind(PyObject *node)
     return NULL;
 }
 
+/* The number of bits set (inline: without -mpopcnt, __builtin_popcount is a libgcc call). */
+static inline uint32_t
+popcount32(uint32_t x)
+{
+    x = x - ((x >> 1) & 0x55555555u);
+    x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+    x = (x + (x >> 4)) & 0x0f0f0f0fu;
+    return (x * 0x01010101u) >> 24;
+}
+
 /* True if `ctx` is the only context whose variables reach `holder`: the HAMT object and
  * every node from its root down to the holder are referenced once, and the holder once by
  * its node plus `extra` references held by the caller. Any copy of the context (shared
@@ -617,7 +653,7 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
             if (!(b->b_bitmap & bit)) {
                 return 0;
             }
-            uint32_t i = 2 * (uint32_t)__builtin_popcount(b->b_bitmap & (bit - 1));
+            uint32_t i = 2 * popcount32(b->b_bitmap & (bit - 1));
             if (b->b_array[i] == NULL) {
                 node = b->b_array[i + 1];
                 continue;
@@ -1077,7 +1113,7 @@ child_of(RegionObject *self, NodeObject *pnode)
     if (node != NULL) {
         Py_INCREF(node);
         if (version != 0 && PyUnicode_CheckExact(self->name) &&
-            PyObject_TypeCheck(node, &NodeType)) {
+            is_node(node)) {
             Py_INCREF(self->name);
             Py_XSETREF(self->cache_name, self->name);
             self->cache_child = node;
@@ -1097,7 +1133,7 @@ child_of(RegionObject *self, NodeObject *pnode)
             return NULL;
         }
     }
-    if (!PyObject_TypeCheck(node, &NodeType)) {
+    if (!is_node(node)) {
         PyErr_SetString(PyExc_TypeError, "path node is not a NodeBase");
         Py_DECREF(node);
         return NULL;
@@ -1267,8 +1303,8 @@ Region_skip_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
  * to the region, every time: for a method, two new bound-method objects per `with`.
  * CpuRegion's and SkippedRegion's __enter__/__exit__ are RegionMethod descriptors (the
  * RegionBase attributes _cpu_enter, _cpu_exit, _skip_enter, _skip_exit), whose binding
- * is one object per region and method, a RegionBoundMethod made on the first lookup and
- * kept by the region: a `with` then binds by taking a reference. Called unbound
+ * is one object per region and method, a builtin method made on the first lookup and kept
+ * by the region: a `with` then binds by taking a reference. Called unbound
  * (CpuRegion.__enter__(region)) a descriptor takes the region as its first argument. */
 
 typedef PyObject *(*region_method)(RegionObject *, PyObject *const *, Py_ssize_t);
@@ -1286,18 +1322,24 @@ static const struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *region; /* a RegionBase, or NULL once cleared by the garbage collector */
-    int kind;
-    vectorcallfunc vectorcall;
-} BoundObject;
-
-typedef struct {
-    PyObject_HEAD
     int kind;
     vectorcallfunc vectorcall;
 } MethodObject;
 
-static PyTypeObject BoundType, MethodType;
+static PyTypeObject MethodType;
+
+/* What a descriptor binds to: a builtin method of the region (so that CPython's call of
+ * __exit__ takes its specialized path for builtins). */
+static PyMethodDef bound_defs[N_METHODS] = {
+    [M_CPU_ENTER] = {"__enter__", (PyCFunction)(void (*)(void))Region_cpu_enter, METH_FASTCALL,
+                     NULL},
+    [M_CPU_EXIT] = {"__exit__", (PyCFunction)(void (*)(void))Region_cpu_exit, METH_FASTCALL,
+                    NULL},
+    [M_SKIP_ENTER] = {"__enter__", (PyCFunction)(void (*)(void))Region_skip_enter,
+                      METH_FASTCALL, NULL},
+    [M_SKIP_EXIT] = {"__exit__", (PyCFunction)(void (*)(void))Region_skip_exit, METH_FASTCALL,
+                     NULL},
+};
 
 static int
 no_keywords(const char *name, PyObject *kwnames)
@@ -1308,84 +1350,6 @@ no_keywords(const char *name, PyObject *kwnames)
     PyErr_Format(PyExc_TypeError, "%s() takes no keyword arguments", name);
     return -1;
 }
-
-static PyObject *
-Bound_vectorcall(BoundObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    if (no_keywords(region_methods[self->kind].name, kwnames) < 0) {
-        return NULL;
-    }
-    if (self->region == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "region method used after it was cleared");
-        return NULL;
-    }
-    return region_methods[self->kind].fn((RegionObject *)self->region, args,
-                                         PyVectorcall_NARGS(nargsf));
-}
-
-static int
-Bound_traverse(BoundObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->region);
-    return 0;
-}
-
-static int
-Bound_clear(BoundObject *self)
-{
-    Py_CLEAR(self->region);
-    return 0;
-}
-
-static void
-Bound_dealloc(BoundObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    Bound_clear(self);
-    PyObject_GC_Del(self);
-}
-
-static PyObject *
-Bound_repr(BoundObject *self)
-{
-    return PyUnicode_FromFormat("<bound method %s of %R>", region_methods[self->kind].name,
-                                self->region != NULL ? self->region : Py_None);
-}
-
-static PyObject *
-Bound_self(BoundObject *self, void *closure)
-{
-    PyObject *region = self->region != NULL ? self->region : Py_None;
-    Py_INCREF(region);
-    return region;
-}
-
-static PyObject *
-Bound_name(BoundObject *self, void *closure)
-{
-    return PyUnicode_FromString(region_methods[self->kind].name);
-}
-
-static PyGetSetDef Bound_getset[] = {
-    {"__self__", (getter)Bound_self, NULL, NULL, NULL},
-    {"__name__", (getter)Bound_name, NULL, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject BoundType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "instrument._speedups.RegionBoundMethod",
-    .tp_doc = "A region's __enter__ or __exit__, bound once (see RegionMethod).",
-    .tp_basicsize = sizeof(BoundObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_dealloc = (destructor)Bound_dealloc,
-    .tp_traverse = (traverseproc)Bound_traverse,
-    .tp_clear = (inquiry)Bound_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(BoundObject, vectorcall),
-    .tp_repr = (reprfunc)Bound_repr,
-    .tp_getset = Bound_getset,
-};
 
 static int
 not_a_region(MethodObject *self, PyObject *obj)
@@ -1405,23 +1369,20 @@ Method_get(MethodObject *self, PyObject *obj, PyObject *type)
         Py_INCREF(self);
         return (PyObject *)self;
     }
-    if (!PyObject_TypeCheck(obj, &RegionType)) {
+    PyTypeObject *type_of = Py_TYPE(obj);
+    if (type_of != cpu_region_type && type_of != skipped_region_type &&
+        !PyObject_TypeCheck(obj, &RegionType)) {
         not_a_region(self, obj);
         return NULL;
     }
     PyObject **slot = &((RegionObject *)obj)->bound[self->kind];
     if (*slot == NULL) {
-        BoundObject *b = PyObject_GC_New(BoundObject, &BoundType);
+        PyObject *b = PyCFunction_New(&bound_defs[self->kind], obj);
         if (b == NULL) {
             return NULL;
         }
-        Py_INCREF(obj);
-        b->region = obj;
-        b->kind = self->kind;
-        b->vectorcall = (vectorcallfunc)Bound_vectorcall;
-        PyObject_GC_Track(b);
         if (*slot == NULL) {
-            *slot = (PyObject *)b;
+            *slot = b;
         }
         else { /* made meanwhile (not without the GIL released, but cheap to handle) */
             Py_DECREF(b);
@@ -1487,7 +1448,7 @@ static PyTypeObject MethodType = {
 static int
 add_region_methods(void)
 {
-    if (PyType_Ready(&BoundType) < 0 || PyType_Ready(&MethodType) < 0) {
+    if (PyType_Ready(&MethodType) < 0) {
         return -1;
     }
     for (int kind = 0; kind < N_METHODS; kind++) {
