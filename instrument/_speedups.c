@@ -543,6 +543,15 @@ typedef struct { /* PyHamtNode_Collision: key/value pairs of one hash */
     PyObject *c_array[1];
 } HamtCollision;
 
+typedef struct { /* the leading fields of CPython's PyContextVar (3.10 to 3.13) */
+    PyObject_HEAD
+    PyObject *var_name;
+    PyObject *var_default;
+    PyObject *var_cached; /* the value last read, valid for (thread id, context version) */
+    uint64_t var_cached_tsid;
+    uint64_t var_cached_tsver;
+} VarHead;
+
 static PyTypeObject *hamt_type, *bitmap_type, *array_type, *collision_type;
 static int32_t frame_var_hash; /* the frame variable's hash as the HAMT folds it */
 static int holders_on = 0;     /* probe_layout() passed: frames live in stack holders */
@@ -684,7 +693,14 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
 static PyObject *
 top_read(PyObject **value)
 {
-    if (PyContextVar_Get(frame_var, NULL, value) < 0) {
+    PyThreadState *ts;
+    VarHead *var = (VarHead *)frame_var;
+    if (holders_on && (ts = PyThreadState_Get())->context != NULL && var->var_cached != NULL &&
+        var->var_cached_tsid == ts->id && var->var_cached_tsver == ts->context_ver) {
+        *value = var->var_cached; /* PyContextVar_Get's own cache, read inline */
+        Py_INCREF(*value);
+    }
+    else if (PyContextVar_Get(frame_var, NULL, value) < 0) {
         *value = NULL;
         return NULL;
     }
@@ -780,6 +796,22 @@ set_top(PyObject *module, PyObject *frame)
     Py_RETURN_NONE;
 }
 
+/* PyContextVar_Get fills the variable's cache as VarHead says (top_read reads it). */
+static int
+var_cache_confirmed(StackObject *probe)
+{
+    PyObject *got = NULL;
+    if (PyContextVar_Get(frame_var, NULL, &got) < 0 || got != (PyObject *)probe) {
+        Py_XDECREF(got);
+        return 0;
+    }
+    Py_DECREF(got);
+    PyThreadState *ts = PyThreadState_Get();
+    VarHead *var = (VarHead *)frame_var;
+    return var->var_cached == (PyObject *)probe && var->var_cached_tsid == ts->id &&
+           var->var_cached_tsver == ts->context_ver;
+}
+
 /* Confirm the layout read above on this interpreter, in a fresh context: a holder set
  * there is exclusive, and stops being so once the context is copied. */
 static int
@@ -805,7 +837,7 @@ layout_confirmed(void)
         if (token != NULL && vars != NULL && strcmp(Py_TYPE(vars)->tp_name, "hamt") == 0) {
             hamt_type = Py_TYPE(vars);
             Py_CLEAR(token); /* a token holds the previous value only; released */
-            ok = holder_is_exclusive(ctx, (PyObject *)probe, 1);
+            ok = holder_is_exclusive(ctx, (PyObject *)probe, 1) && var_cache_confirmed(probe);
             copy = ok ? PyContext_CopyCurrent() : NULL;
             ok = ok && copy != NULL && !holder_is_exclusive(ctx, (PyObject *)probe, 1);
         }
@@ -1000,15 +1032,15 @@ long_reuse(PyObject *o, int64_t v)
     if (v <= 0) {
         return -1;
     }
-    digit d[(64 + PyLong_SHIFT - 1) / PyLong_SHIFT];
-    Py_ssize_t n = 0;
-    for (uint64_t u = (uint64_t)v; u != 0; u >>= PyLong_SHIFT) {
-        d[n++] = (digit)(u & PyLong_MASK);
-    }
+    int bits = 64 - __builtin_clzll((unsigned long long)v);
+    Py_ssize_t n = (bits + PyLong_SHIFT - 1) / PyLong_SHIFT;
     if (long_positive_size(o) != n) {
         return -1;
     }
-    memcpy(LONG_DIGITS(o), d, (size_t)n * sizeof(digit));
+    digit *d = LONG_DIGITS(o);
+    for (uint64_t u = (uint64_t)v; u != 0; u >>= PyLong_SHIFT) {
+        *d++ = (digit)(u & PyLong_MASK);
+    }
     return 0;
 }
 
@@ -1071,7 +1103,7 @@ frame_make(PyObject *node, int64_t t0, PyObject *parent, PyObject *owner)
 
 /* Release our reference to a closed frame: kept as a spare when it was the last one to
  * the frame and to its start time. */
-static void
+static inline void
 frame_release(PyObject *frame)
 {
 #if SPARE_FRAMES
