@@ -642,7 +642,7 @@ popcount32(uint32_t x)
  * every node from its root down to the holder are referenced once, and the holder once by
  * its node plus `extra` references held by the caller. Any copy of the context (shared
  * HAMT), or a mapping derived from one (sharing a node on the way), makes it false. */
-static int
+static inline int
 holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
 {
     PyObject *vars = ((ContextHead *)ctx)->ctx_vars;
@@ -689,13 +689,12 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
 
 /* frames._get, keeping what the variable holds: a new reference to the innermost frame of
  * this context, and in *value a new reference to the variable's value (a holder or a frame),
- * for top_swap(). */
+ * for top_swap(). `ts`: this thread's state (PyThreadState_Get(), read once per call). */
 static PyObject *
-top_read(PyObject **value)
+top_read(PyThreadState *ts, PyObject **value)
 {
-    PyThreadState *ts;
     VarHead *var = (VarHead *)frame_var;
-    if (holders_on && (ts = PyThreadState_Get())->context != NULL && var->var_cached != NULL &&
+    if (holders_on && ts->context != NULL && var->var_cached != NULL &&
         var->var_cached_tsid == ts->id && var->var_cached_tsver == ts->context_ver) {
         *value = var->var_cached; /* PyContextVar_Get's own cache, read inline */
         Py_INCREF(*value);
@@ -716,7 +715,7 @@ top_read(PyObject **value)
 static PyObject *
 top_get(void)
 {
-    PyObject *value, *top = top_read(&value);
+    PyObject *value, *top = top_read(PyThreadState_Get(), &value);
     Py_XDECREF(value);
     return top;
 }
@@ -725,9 +724,9 @@ top_get(void)
  * the caller): make `frame` the innermost frame of this context -- in place when this
  * context's holder is exclusive, else by setting the variable (a fresh holder). */
 static int
-top_swap(PyObject *value, PyObject *frame)
+top_swap(PyThreadState *ts, PyObject *value, PyObject *frame)
 {
-    PyObject *ctx = PyThreadState_Get()->context;
+    PyObject *ctx = ts->context;
     if (holders_on && Py_IS_TYPE(value, &StackType) && ((StackObject *)value)->owner == ctx &&
         ctx != NULL && holder_is_exclusive(ctx, value, 1)) {
         Py_INCREF(frame);
@@ -746,7 +745,7 @@ top_swap(PyObject *value, PyObject *frame)
         PyObject_GC_Track(fresh);
         token = PyContextVar_Set(frame_var, (PyObject *)fresh);
         if (token != NULL) {
-            ctx = PyThreadState_Get()->context; /* exists now, if it did not before */
+            ctx = ts->context; /* exists now, if it did not before */
             Py_XINCREF(ctx);
             fresh->owner = ctx;
         }
@@ -770,7 +769,7 @@ top_set(PyObject *frame)
     if (PyContextVar_Get(frame_var, NULL, &value) < 0) {
         return -1;
     }
-    int rc = top_swap(value, frame);
+    int rc = top_swap(PyThreadState_Get(), value, frame);
     Py_DECREF(value);
     return rc;
 }
@@ -976,9 +975,11 @@ read_now(PyObject *now, int64_t *out)
  * kept as a spare (up to SPARE_FRAMES) and refilled by the next enter: its int is set to
  * the new start time in place when it has as many digits (no other reference exists, so
  * no one can see it change), which saves allocating and freeing a tuple and an int per
- * region. A spare holds None in place of its node, parent and owner, so it keeps nothing
- * alive (and is harmless where gc.get_objects() shows it). Off from 3.14, whose reference
- * counts no longer say "no other reference". */
+ * region. A spare holds None in place of its node and parent and an empty list in place
+ * of its owner, so it keeps nothing alive, is harmless where gc.get_objects() shows it, and
+ * stays tracked by the garbage collector (which untracks a tuple holding only untracked
+ * objects; a frame is always tracked). Off from 3.14, whose reference counts no longer say
+ * "no other reference". */
 
 #if PY_VERSION_HEX < 0x030E0000
 #define SPARE_FRAMES 16
@@ -1055,6 +1056,7 @@ frame_put(PyObject *frame, Py_ssize_t i, PyObject *item)
 }
 
 static PyObject *spare_frames[SPARE_FRAMES > 0 ? SPARE_FRAMES : 1];
+static PyObject *spare_marker = NULL; /* a spare's owner: an empty list (module init) */
 static int n_spare = 0;
 
 /* A new frame (node, t0, parent, owner, None): a spare refilled, or a new tuple. Takes
@@ -1076,9 +1078,6 @@ frame_make(PyObject *node, int64_t t0, PyObject *parent, PyObject *owner)
             }
             PyTuple_SET_ITEM(frame, 1, t);
             Py_DECREF(old);
-        }
-        if (!PyObject_GC_IsTracked(frame)) {
-            PyObject_GC_Track(frame);
         }
     }
     else {
@@ -1107,7 +1106,8 @@ static inline void
 frame_release(PyObject *frame)
 {
 #if SPARE_FRAMES
-    if (Py_REFCNT(frame) == 1 && n_spare < SPARE_FRAMES && PyTuple_CheckExact(frame) &&
+    if (Py_REFCNT(frame) == 1 && n_spare < SPARE_FRAMES && spare_marker != NULL &&
+        PyTuple_CheckExact(frame) &&
         PyTuple_GET_SIZE(frame) == 5 && PyTuple_GET_ITEM(frame, 4) == Py_None) {
         PyObject *t = PyTuple_GET_ITEM(frame, 1);
         if (t != NULL && PyLong_CheckExact(t) && Py_REFCNT(t) == 1) {
@@ -1115,10 +1115,10 @@ frame_release(PyObject *frame)
             PyObject *owner = PyTuple_GET_ITEM(frame, 3);
             Py_INCREF(Py_None);
             Py_INCREF(Py_None);
-            Py_INCREF(Py_None);
+            Py_INCREF(spare_marker);
             PyTuple_SET_ITEM(frame, 0, Py_None);
             PyTuple_SET_ITEM(frame, 2, Py_None);
-            PyTuple_SET_ITEM(frame, 3, Py_None);
+            PyTuple_SET_ITEM(frame, 3, spare_marker);
             spare_frames[n_spare++] = frame;
             Py_DECREF(node); /* may free objects: the spare is consistent already */
             Py_DECREF(parent);
@@ -1183,7 +1183,8 @@ open_cpu(RegionObject *self, int64_t *t0)
         return NULL;
     }
     PyObject *held = NULL;
-    PyObject *parent = top_read(&held);
+    PyThreadState *ts = PyThreadState_Get(); /* this thread's, for the whole call */
+    PyObject *parent = top_read(ts, &held);
     if (parent == NULL || !is_frame(parent)) {
         Py_XDECREF(parent);
         Py_XDECREF(held);
@@ -1206,7 +1207,7 @@ open_cpu(RegionObject *self, int64_t *t0)
     }
     PyObject *frame = frame_make(node, *t0, parent, (PyObject *)self);
     /* Python code may have run since top_read (a new child): top_swap re-checks */
-    if (frame != NULL && top_swap(held, frame) < 0) {
+    if (frame != NULL && top_swap(ts, held, frame) < 0) {
         Py_CLEAR(frame);
     }
     Py_DECREF(held);
@@ -1261,7 +1262,8 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *held;
-    PyObject *frame = top_read(&held);
+    PyThreadState *ts = PyThreadState_Get();
+    PyObject *frame = top_read(ts, &held);
     if (frame == NULL) {
         return NULL;
     }
@@ -1281,7 +1283,7 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(r);
         Py_RETURN_NONE;
     }
-    int rc = top_swap(held, PyTuple_GET_ITEM(frame, 2));
+    int rc = top_swap(ts, held, PyTuple_GET_ITEM(frame, 2));
     Py_DECREF(held);
     int64_t t0;
     if (rc < 0 || long_read(PyTuple_GET_ITEM(frame, 1), &t0) < 0) {
@@ -1480,7 +1482,7 @@ static PyTypeObject MethodType = {
 static int
 add_region_methods(void)
 {
-    if (PyType_Ready(&MethodType) < 0) {
+    if (PyType_Ready(&MethodType) < 0 || (spare_marker == NULL && !(spare_marker = PyList_New(0)))) {
         return -1;
     }
     for (int kind = 0; kind < N_METHODS; kind++) {
