@@ -554,6 +554,7 @@ typedef struct { /* the leading fields of CPython's PyContextVar (3.10 to 3.13) 
 
 static PyTypeObject *hamt_type, *bitmap_type, *array_type, *collision_type;
 static int32_t frame_var_hash; /* the frame variable's hash as the HAMT folds it */
+static Py_ssize_t root_slot = 0; /* where the variable was last found in a root bitmap node */
 static int holders_on = 0;     /* probe_layout() passed: frames live in stack holders */
 
 static int
@@ -650,6 +651,13 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
         return 0;
     }
     PyObject *node = ((HamtHead *)vars)->h_root;
+    /* the usual case first: the variable is a key of the root, at the slot it had last time
+     * (what the slot holds now is read, so a stale slot number only means the walk below) */
+    if (node != NULL && Py_TYPE(node) == bitmap_type && Py_REFCNT(node) == 1 &&
+        root_slot < Py_SIZE(node) && ((HamtBitmap *)node)->b_array[root_slot] == frame_var) {
+        return ((HamtBitmap *)node)->b_array[root_slot + 1] == holder &&
+               Py_REFCNT(holder) == 1 + extra;
+    }
     for (uint32_t shift = 0; node != NULL && shift < 35; shift += 5) {
         if (Py_REFCNT(node) != 1) {
             return 0;
@@ -666,6 +674,9 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
             if (b->b_array[i] == NULL) {
                 node = b->b_array[i + 1];
                 continue;
+            }
+            if (shift == 0) {
+                root_slot = (Py_ssize_t)i;
             }
             return b->b_array[i] == frame_var && b->b_array[i + 1] == holder &&
                    Py_REFCNT(holder) == 1 + extra;
