@@ -164,6 +164,12 @@ bucket_of(int64_t v)
     if (v <= 0) {
         return 0;
     }
+    if (v < ((int64_t)1 << 53)) { /* exact as a double: its exponent and top 3 mantissa bits */
+        int e = 63 - __builtin_clzll((unsigned long long)v);
+        int m = (int)((e >= 3 ? v >> (e - 3) : v << (3 - e)) & 7);
+        int b = (e << 3) + m + 1;
+        return b >= NBUCKETS ? NBUCKETS - 1 : b;
+    }
     double d = (double)v;
     uint64_t bits;
     memcpy(&bits, &d, sizeof bits);
@@ -701,7 +707,7 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
 /* frames._get, keeping what the variable holds: a new reference to the innermost frame of
  * this context, and in *value a new reference to the variable's value (a holder or a frame),
  * for top_swap(). `ts`: this thread's state (PyThreadState_Get(), read once per call). */
-static PyObject *
+static inline PyObject *
 top_read(PyThreadState *ts, PyObject **value)
 {
     VarHead *var = (VarHead *)frame_var;
@@ -734,7 +740,7 @@ top_get(void)
 /* frames._set, given what the variable held (`value`, from top_read, still referenced by
  * the caller): make `frame` the innermost frame of this context -- in place when this
  * context's holder is exclusive, else by setting the variable (a fresh holder). */
-static int
+static inline int
 top_swap(PyThreadState *ts, PyObject *value, PyObject *frame)
 {
     PyObject *ctx = ts->context;
