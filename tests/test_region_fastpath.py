@@ -171,3 +171,14 @@ def test_an_exception_passes_through_unchanged(reporter: instrument.Reporter) ->
     assert caught.value is error
     assert frames._get()[0] is registry.ROOT
     assert _counts(reporter) == {"fp-raise": 1}
+
+
+@needs_c
+def test_the_bucket_from_the_bit_length_is_the_bucket_of_the_double() -> None:
+    from instrument.stats import bucket_counts
+
+    assert speedups is not None
+    values = [2**k + d for k in range(64) for d in (-1, 0, 1) if 0 <= 2**k + d < 2**63]
+    values += [(2**k) * 15 // 8 + d for k in range(3, 60) for d in (-1, 0, 1)]
+    for v in values:
+        assert bucket_counts([v]) == {speedups.bucket(v): 1}, v
