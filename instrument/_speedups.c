@@ -1499,7 +1499,10 @@ static PyTypeObject MethodType = {
 static int
 add_region_methods(void)
 {
-    if (PyType_Ready(&MethodType) < 0 || (spare_marker == NULL && !(spare_marker = PyList_New(0)))) {
+    if (PyType_Ready(&MethodType) < 0) {
+        return -1;
+    }
+    if (spare_marker == NULL && (spare_marker = PyList_New(0)) == NULL) {
         return -1;
     }
     for (int kind = 0; kind < N_METHODS; kind++) {

@@ -70,8 +70,11 @@ def test_a_frame_held_by_python_code_is_never_reused(reporter: instrument.Report
     for _ in range(100):  # closed frames are refilled by these enters
         with instrument.timed("fp-churn"), instrument.timed("fp-inner"):
             pass
-    assert held[0] is node and held[1] == t0 and held[2] is parent
-    assert held[3] is r and held[4] is None
+    assert held[0] is node
+    assert held[1] == t0
+    assert held[2] is parent
+    assert held[3] is r
+    assert held[4] is None
     assert _counts(reporter) == {"fp-held": 1, "fp-churn": 100, "fp-churn/fp-inner": 100}
 
 

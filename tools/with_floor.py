@@ -45,7 +45,8 @@ def build_probe() -> Any:
     )
     path = next(out.glob("with_floor*.so"))
     spec = importlib.util.spec_from_file_location("with_floor", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
