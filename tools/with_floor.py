@@ -70,9 +70,6 @@ def main() -> None:
     region = timed("x")
     lookup = speedups.Dispatch({"x": clocked}, timed) if speedups is not None else None
 
-    def loop(body: Callable[[], object]) -> Callable[[], None]:
-        return body
-
     def pairs() -> None:
         for _ in range(N):
             perf_counter_ns()
