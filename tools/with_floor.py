@@ -23,7 +23,6 @@ import importlib.util
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
