@@ -710,13 +710,16 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
 static inline PyObject *
 top_read(PyThreadState *ts, PyObject **value)
 {
+#if CONTEXT_LAYOUT_KNOWN
     VarHead *var = (VarHead *)frame_var;
     if (holders_on && ts->context != NULL && var->var_cached != NULL &&
         var->var_cached_tsid == ts->id && var->var_cached_tsver == ts->context_ver) {
         *value = var->var_cached; /* PyContextVar_Get's own cache, read inline */
         Py_INCREF(*value);
     }
-    else if (PyContextVar_Get(frame_var, NULL, value) < 0) {
+    else
+#endif
+    if (PyContextVar_Get(frame_var, NULL, value) < 0) {
         *value = NULL;
         return NULL;
     }
@@ -822,10 +825,14 @@ var_cache_confirmed(StackObject *probe)
         return 0;
     }
     Py_DECREF(got);
+#if CONTEXT_LAYOUT_KNOWN
     PyThreadState *ts = PyThreadState_Get();
     VarHead *var = (VarHead *)frame_var;
     return var->var_cached == (PyObject *)probe && var->var_cached_tsid == ts->id &&
            var->var_cached_tsver == ts->context_ver;
+#else
+    return 0;
+#endif
 }
 
 /* Confirm the layout read above on this interpreter, in a fresh context: a holder set
