@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from instrument.stats import Stats
 from instrument.throughput import Throughput
@@ -361,6 +362,38 @@ class Node:
         )
 
 
+class LazyNodes(ABC):
+    """A report's nodes, built on first read (a flush makes one; most reports are only
+    passed to sinks that read a few figures, or kept). Holds plain data, no path node."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def build(self) -> tuple[Node, ...]:
+        """The nodes, parents before children."""
+
+
+class _Nodes:
+    """``Report.nodes``: stored as given, a :class:`LazyNodes` built (once) on first read."""
+
+    @overload
+    def __get__(self, report: None, owner: type) -> tuple[Node, ...]: ...
+    @overload
+    def __get__(self, report: Report, owner: type) -> tuple[Node, ...]: ...
+    def __get__(self, report: Report | None, owner: type) -> tuple[Node, ...]:
+        if report is None:
+            return ()  # the field's default
+        nodes = report.__dict__["nodes"]
+        if isinstance(nodes, LazyNodes):
+            nodes = nodes.build()
+            report.__dict__["nodes"] = nodes
+        return nodes  # type: ignore[no-any-return]
+
+    def __set__(self, report: Report, nodes: Sequence[Node] | LazyNodes) -> None:
+        report.__dict__["nodes"] = nodes
+
+
 @dataclass(frozen=True)
 class Report:
     """One interval's timing tree.
@@ -382,7 +415,7 @@ class Report:
     the timing itself cost in the interval (``None`` in a report not made by a flush).
     """
 
-    nodes: tuple[Node, ...] = ()
+    nodes: _Nodes = _Nodes()
     steps: int = 0
     step_time: Stats | None = None
     normalizer: float | str = 1.0
@@ -401,10 +434,20 @@ class Report:
     stragglers_count: int = 0
     across_note: str = ""
     self_cost: SelfCost | None = None
-    _by_path: dict[str, Node] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_path", {node.path: node for node in self.nodes})
+    @property
+    def _by_path(self) -> dict[str, Node]:
+        """The nodes by path, made on first use."""
+        by_path: dict[str, Node] | None = self.__dict__.get("_by_path")
+        if by_path is None:
+            by_path = self.__dict__["_by_path"] = {node.path: node for node in self.nodes}
+        return by_path
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickle and copy keep: the fields, the nodes built."""
+        state = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        state["nodes"] = self.nodes
+        return state
 
     def __getitem__(self, path: str) -> Node:
         try:
@@ -418,7 +461,8 @@ class Report:
         return path in self._by_path
 
     def __len__(self) -> int:
-        return len(self.nodes)
+        nodes = self.__dict__["nodes"]  # (a lazy report knows its length unbuilt)
+        return len(nodes)
 
     def get(self, path: str) -> Node | None:
         """The node at ``path``, or ``None``."""

@@ -323,7 +323,7 @@ class Reporter:
         rates = self._throughput(step_ns)
         memory = self._memory.sample() if self._memory is not None else {}
         cost = SelfCost(
-            regions=sum(item.host[0] for item in collected if item.host is not None),
+            regions=collected.regions,
             region_ns=region_ns,
             flush_seconds=self._last_flush_ns / 1e9,
             interval_seconds=max(began - self._start_ns, 0) / 1e9,
