@@ -490,7 +490,16 @@ def _take_tree(
     leaves idle for ``idle_limit`` flushes that nothing else holds (no open frame, cached
     anchor or pending event: their reference count says so) are released, children before
     parents (and left ``concurrent``). The caller holds ``_lock``."""
-    walked: list[tuple[PathNode, int, int]] = []  # (node, walk index of parent, reach)
+    walked = _walk_tree(root)
+    taken = _take_rows(walked, keep)
+    released = _release_idle(walked, idle_limit, concurrent)
+    return (*taken, released)
+
+
+def _walk_tree(root: PathNode) -> list[tuple[PathNode, int, int]]:
+    """``(node, walk index of its parent or -1, highest level on its path)`` for every node
+    below ``root``, parents first, siblings by creation."""
+    walked: list[tuple[PathNode, int, int]] = []
     stack: list[tuple[Any, Any, int]] = [
         (key, child, -1) for key, child in reversed(tuple(root.children.items()))
     ]
@@ -505,6 +514,14 @@ def _take_tree(
         index = len(walked)
         walked.append((node, parent, reach))
         stack.extend((k, c, index) for k, c in reversed(tuple(node.children.items())))
+    return walked
+
+
+def _take_rows(
+    walked: list[tuple[PathNode, int, int]], keep: AbstractSet[PathNode] | None
+) -> tuple[list[Any], list[str], list[str], list[int], list[int], bytes, bytes, int]:
+    """Take each walked node's figures (counting idle flushes) into the columns of
+    :data:`TakenTree`, but ``released``."""
     summaries: list[Summary | None] = []
     for node, _, _ in walked:
         summary = node.take()
@@ -537,9 +554,7 @@ def _take_tree(
             totals.append(summary[1])
             figures.extend(summary[2:])
         links.extend((-1 if parent < 0 else rows[parent], node.level, reach))
-    released = _release_idle(walked, idle_limit, concurrent)
-    regions = sum(counts)
-    return (nodes, paths, modes, counts, totals, figures.tobytes(), links.tobytes(), regions, released)
+    return nodes, paths, modes, counts, totals, figures.tobytes(), links.tobytes(), sum(counts)
 
 
 def _release_idle(
