@@ -93,7 +93,9 @@ class Rows(LazyNodes):
         links = collected.links
         n = len(collected.paths)
         #: the rows shown: those no more detailed than ``level`` (along their whole path)
-        self.kept = range(n) if level is None else [i for i in range(n) if links[3 * i + 2] <= level]
+        self.kept = (
+            range(n) if level is None else [i for i in range(n) if links[3 * i + 2] <= level]
+        )
         concurrent = registry.concurrent
         sparse = (collected.device, collected.bytes, collected.adjust_ns, collected.open)
         if any(sparse) or concurrent:
@@ -169,5 +171,3 @@ def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:
 
 def _same(stats: Stats) -> Stats:
     return stats
-
-

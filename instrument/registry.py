@@ -33,7 +33,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from instrument import _fields, clocks
 from instrument._native import speedups
@@ -512,7 +512,7 @@ def _walk_tree(root: PathNode) -> list[tuple[PathNode, int, int]]:
             )
         reach = node.level if parent < 0 else max(node.level, walked[parent][2])
         index = len(walked)
-        walked.append((node, parent, reach))
+        walked.append((cast(PathNode, node), parent, reach))
         stack.extend((k, c, index) for k, c in reversed(tuple(node.children.items())))
     return walked
 
@@ -565,14 +565,16 @@ def _release_idle(
     if not hasattr(sys, "getrefcount"):  # no reference counts to tell: keep every path
         return 0
     # References to a free leaf: its parent's ``children``, its ``walked`` entry, the loop
-    # variable, getrefcount's argument, and the ``parent`` of each child released here.
+    # variable, getrefcount's argument, and the ``parent`` of each child released here
+    # (and the key counting them).
     released: dict[PathNode, int] = {}
     count = 0
     for node, _, _ in reversed(walked):
         if node.idle < idle_limit or node.children:
             continue
         in_concurrent = concurrent is not None and node in concurrent
-        held = 4 + in_concurrent + released.get(node, 0)
+        kids = released.get(node, 0)
+        held = 4 + in_concurrent + kids + (kids > 0)
         if sys.getrefcount(node) > held:
             continue
         if node.parent is None:  # (no local for the parent: it would hold it)
