@@ -413,6 +413,8 @@ class Report:
     cross-rank flush could not run (a rank missing or at another interval), the report is
     this rank's own and ``across_note`` says why, naming the ranks. ``self_cost`` says what
     the timing itself cost in the interval (``None`` in a report not made by a flush).
+    A flush's report builds its ``nodes`` the first time they are read (:class:`LazyNodes`);
+    ``len(report)`` does not build them.
     """
 
     nodes: _Nodes = _Nodes()
