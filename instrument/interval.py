@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from instrument import registry
 from instrument.rank import rank_and_world
 from instrument.report import LazyNodes, Node, Report, SelfCost
-from instrument.stats import Accumulator, Stats, stats_of
+from instrument.stats import Accumulator, Stats, from_figures, stats_of
 from instrument.throughput import Throughput
 
 
@@ -114,46 +114,46 @@ class Rows(LazyNodes):
 
     def build(self) -> tuple[Node, ...]:
         """The nodes: self times, the normalizer, device times where measured."""
-        scale, adjust, device = self.scale, self.adjust, self.device
+        scale, adjust, device, concurrent = self.scale, self.adjust, self.device, self.concurrent
         counts, totals, figures, links = self.counts, self.totals, self.figures, self.links
-        concurrent = self.concurrent
-        host: dict[int, Stats] = {}
-        primary: dict[int, Stats] = {}
-        for i in self.kept:
-            extra = adjust.get(i, 0)
-            count = counts[i]
-            summary = None
-            if count:
-                at = 7 * i
-                summary = (count, totals[i], *figures[at : at + 7])
-            stats = stats_of(summary, extra)  # type: ignore[arg-type]
-            host[i] = stats = stats if scale is _same else scale(stats)
-            acc = device.get(i)
-            if acc is not None:
-                stats = scale(acc.to_stats(extra))
-            primary[i] = stats
+        same = scale is _same
+        kept = self.kept
+        hosts: list[Stats] = []
+        primaries: list[Stats] = []
         child_total: dict[int, float] = {}
-        for i, stats in primary.items():
+        shown: set[int] = set()
+        for i in kept:
+            extra = adjust.get(i, 0) if adjust else 0
+            count = counts[i]
+            if count:
+                host = from_figures(count, totals[i] + extra, figures, 7 * i)
+            else:
+                host = stats_of(None, extra)
+            if not same:
+                host = scale(host)
+            acc = device.get(i) if device else None
+            primary = host if acc is None else scale(acc.to_stats(extra))
+            hosts.append(host)
+            primaries.append(primary)
+            shown.add(i)
             parent = links[3 * i]
-            if parent in primary and i not in concurrent:
-                child_total[parent] = child_total.get(parent, 0.0) + stats.total
-        nodes = []
-        for i, stats in primary.items():
-            measured = stats is not host[i]
-            nodes.append(
-                Node.of(
-                    self.paths[i],
-                    host[i],
-                    stats if measured else None,
-                    max(stats.total - child_total.get(i, 0.0), 0.0),
-                    "cuda" if measured else self.modes[i],
-                    links[3 * i + 1],
-                    self.bytes.get(i, 0),
-                    i in concurrent,
-                    i in self.open,
-                )
+            if parent in shown and i not in concurrent:  # (parents come first)
+                child_total[parent] = child_total.get(parent, 0.0) + primary.total
+        paths, modes, nbytes, is_open = self.paths, self.modes, self.bytes, self.open
+        return tuple(
+            Node.of(
+                paths[i],
+                host,
+                None if primary is host else primary,
+                max(primary.total - child_total.get(i, 0.0), 0.0),
+                modes[i] if primary is host else "cuda",
+                links[3 * i + 1],
+                nbytes.get(i, 0),
+                i in concurrent,
+                i in is_open,
             )
-        return tuple(nodes)
+            for i, host, primary in zip(kept, hosts, primaries, strict=True)
+        )
 
 
 def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:

@@ -171,6 +171,29 @@ def stats_of(summary: Summary | None, extra_ns: int = 0) -> Stats:
     return stats
 
 
+def from_figures(count: int, total_ns: int, figures: Sequence[float], at: int) -> Stats:
+    """A :class:`Stats` of ``count`` calls (> 0) totalling ``total_ns`` (never below 0), with
+    the mean, min, max, std, p50, p90 and p99 in seconds at ``figures[at : at + 7]`` (the
+    registry's columns; :func:`stats_of` of the same summary, without the tuple)."""
+    stats = object.__new__(Stats)
+    object.__setattr__(
+        stats,
+        "__dict__",
+        {
+            "count": count,
+            "total": (total_ns if total_ns > 0 else 0) / 1e9,
+            "mean": figures[at],
+            "min": figures[at + 1],
+            "max": figures[at + 2],
+            "std": figures[at + 3],
+            "p50": figures[at + 4],
+            "p90": figures[at + 5],
+            "p99": figures[at + 6],
+        },
+    )
+    return stats
+
+
 def _new(
     count: int,
     total: float,
