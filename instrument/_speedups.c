@@ -481,8 +481,10 @@ static PyTypeObject NodeType = {
  * needs of every path (registry._take_tree is the same in Python): take each node's
  * interval figures (node_take_into), count idle flushes, release the idle leaves nothing
  * else holds, and return the nodes with records (or in `keep`) as columns, in tree order
- * (parents first, siblings by creation). Phases: walk and check (no change, no Python
- * object made, so the children dicts cannot change under it), take, release, build. */
+ * (parents first, siblings by creation). Phases: walk and check (no change and no Python
+ * object made, so no other code runs and the children dicts cannot change under it), take
+ * (no Python call either: every node is taken in one indivisible step), build the columns,
+ * release. The caller (registry.collect) holds the registry lock. */
 
 typedef struct {
     NodeObject *node;        /* strong reference */
