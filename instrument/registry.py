@@ -596,7 +596,7 @@ def _release_idle(
 
 
 take_tree: Callable[[PathNode, int, AbstractSet[PathNode] | None, set[Any] | None], TakenTree]
-take_tree = _take_tree if speedups is None else getattr(speedups, "take_tree", _take_tree)
+take_tree = _take_tree if speedups is None else speedups.take_tree
 
 
 def live_paths() -> int:
