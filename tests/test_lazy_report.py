@@ -114,3 +114,17 @@ def test_collected_counts_the_regions_and_the_calls_of_each_path() -> None:
     assert calls == {"a": 3, "a/inner": 3, "b": 1, "b/inner": 1}
     assert collected.regions == 8
     assert collected.host.summary(collected.paths.index("b")) is not None
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["few keys", "many keys"])
+def test_collected_finds_the_row_of_a_node_by_search_or_index(many: bool) -> None:
+    names = [f"p{i}" for i in range(30)]
+    for name in names:
+        with instrument.timed(name):
+            pass
+    stray = registry.PathNode("stray", None)  # never a row
+    collected = registry.collect()
+    wanted = [registry.ROOT.children[n] for n in (names if many else names[:3])]
+    rows = collected.rows_of([*wanted, stray])
+    assert rows == {node: collected.nodes.index(node) for node in wanted}
+    assert all(collected.paths[row] == node.path for node, row in rows.items())
