@@ -521,8 +521,11 @@ grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t size)
     return 0;
 }
 
+/* Deeper than this, a tree is a cycle (a node among its own descendants). */
+#define MAX_WALK_DEPTH (1 << 16)
+
 /* Every node below root, preorder, each with a strong reference; -1 on a child that is
- * not a path node or a node without its fields. */
+ * not a path node, a node without its fields, or a cycle. */
 static int
 walk_tree(NodeObject *root, TreeItem **items, Py_ssize_t *count)
 {
@@ -565,6 +568,14 @@ walk_tree(NodeObject *root, TreeItem **items, Py_ssize_t *count)
         Py_INCREF(node);
         (*items)[n] = (TreeItem){node, parent, node->level > reach ? node->level : reach, -1, 0};
         if (PyDict_GET_SIZE(node->children) > 0) {
+            if (depth >= MAX_WALK_DEPTH) {
+                PyErr_Format(PyExc_ValueError,
+                             "take_tree: the path tree is deeper than %d nodes below %R (a "
+                             "node among its own children?)",
+                             MAX_WALK_DEPTH, key);
+                n++;
+                goto done;
+            }
             if (grow((void **)&stack, &stack_cap, depth + 1, sizeof *stack) < 0) {
                 n++;
                 goto done;

@@ -496,15 +496,19 @@ def _take_tree(
     return (*taken, released)
 
 
+#: Deeper than this, a tree is a cycle (a node among its own descendants).
+MAX_WALK_DEPTH = 1 << 16
+
+
 def _walk_tree(root: PathNode) -> list[tuple[PathNode, int, int]]:
     """``(node, walk index of its parent or -1, highest level on its path)`` for every node
     below ``root``, parents first, siblings by creation."""
     walked: list[tuple[PathNode, int, int]] = []
-    stack: list[tuple[Any, Any, int]] = [
-        (key, child, -1) for key, child in reversed(tuple(root.children.items()))
+    stack: list[tuple[Any, Any, int, int]] = [
+        (key, child, -1, 1) for key, child in reversed(tuple(root.children.items()))
     ]
     while stack:
-        key, node, parent = stack.pop()
+        key, node, parent, depth = stack.pop()
         if not isinstance(node, NodeBase):
             raise TypeError(
                 f"take_tree: a path node's children must be path nodes, got {node!r} under "
@@ -513,7 +517,12 @@ def _walk_tree(root: PathNode) -> list[tuple[PathNode, int, int]]:
         reach = node.level if parent < 0 else max(node.level, walked[parent][2])
         index = len(walked)
         walked.append((cast(PathNode, node), parent, reach))
-        stack.extend((k, c, index) for k, c in reversed(tuple(node.children.items())))
+        if node.children and depth >= MAX_WALK_DEPTH:
+            raise ValueError(
+                f"take_tree: the path tree is deeper than {MAX_WALK_DEPTH} nodes below "
+                f"{key!r} (a node among its own children?)"
+            )
+        stack.extend((k, c, index, depth + 1) for k, c in reversed(tuple(node.children.items())))
     return walked
 
 

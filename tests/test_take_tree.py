@@ -182,3 +182,14 @@ def test_c_take_tree_checks_its_arguments() -> None:
     root.children["blank"] = blank
     with pytest.raises(TypeError, match="without its path"):
         speedups.take_tree(root, 8, None, None)
+
+
+@pytest.mark.parametrize("take_tree", WALKS)
+def test_a_node_among_its_own_children_raises_instead_of_walking_forever(take_tree: Any) -> None:
+    root, nodes = _tree()
+    nodes["a/b/c"].children["loop"] = nodes["a"]
+    with pytest.raises(ValueError, match="deeper than 65536 nodes below 'loop'"):
+        take_tree(root, 8, None, None)
+    assert nodes["a"].has_records()  # nothing taken
+    del nodes["a/b/c"].children["loop"]
+    assert _columns(take_tree(root, 8, None, None))["paths"][0] == "a"
