@@ -96,10 +96,10 @@ class Rows(LazyNodes):
         self.kept = (
             range(n) if level is None else [i for i in range(n) if links[3 * i + 2] <= level]
         )
-        concurrent = registry.concurrent
+        concurrent = set(registry.concurrent)  # (one copy: other threads may add to it)
         sparse = (collected.device, collected.bytes, collected.adjust_ns, collected.open)
         if any(sparse) or concurrent:
-            keys = set(concurrent).union(*sparse)
+            keys = concurrent.union(*sparse)
             rows = collected.rows_of(keys)
         else:
             rows = {}
