@@ -18,7 +18,7 @@ import struct
 from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 BUCKETS_PER_OCTAVE = 8
@@ -275,8 +275,19 @@ class Stats:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict of the stored fields."""
-        return asdict(self)
+        """JSON-safe dict of the stored fields (``dataclasses.asdict``'s, without its
+        recursive copy: a report writes one or two per path)."""
+        return {
+            "count": self.count,
+            "total": self.total,
+            "mean": self.mean,
+            "min": self.min,
+            "max": self.max,
+            "std": self.std,
+            "p50": self.p50,
+            "p90": self.p90,
+            "p99": self.p99,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Stats:
