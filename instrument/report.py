@@ -45,9 +45,18 @@ class RankStats:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict; :meth:`from_dict` restores it exactly."""
-        out = asdict(self)
-        out["per_rank"] = None if self.per_rank is None else list(self.per_rank)
-        return out
+        return {
+            "rank_min": self.rank_min,
+            "rank_max": self.rank_max,
+            "rank_mean": self.rank_mean,
+            "rank_argmin": self.rank_argmin,
+            "rank_argmax": self.rank_argmax,
+            "ranks_present": self.ranks_present,
+            "per_rank": None if self.per_rank is None else list(self.per_rank),
+            "slowest": self.slowest,
+            "relative_score": self.relative_score,
+            "individual_score": self.individual_score,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RankStats:
