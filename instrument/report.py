@@ -6,7 +6,7 @@ import difflib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, overload
+from typing import Any
 
 from instrument.stats import Stats
 from instrument.throughput import Throughput
@@ -386,10 +386,6 @@ class LazyNodes(ABC):
 class _Nodes:
     """``Report.nodes``: stored as given, a :class:`LazyNodes` built (once) on first read."""
 
-    @overload
-    def __get__(self, report: None, owner: type) -> tuple[Node, ...]: ...
-    @overload
-    def __get__(self, report: Report, owner: type) -> tuple[Node, ...]: ...
     def __get__(self, report: Report | None, owner: type) -> tuple[Node, ...]:
         if report is None:
             return ()  # the field's default
@@ -455,10 +451,8 @@ class Report:
         return by_path
 
     def __getstate__(self) -> dict[str, Any]:
-        """What pickle and copy keep: the fields, the nodes built."""
-        state = {f: getattr(self, f) for f in self.__dataclass_fields__}
-        state["nodes"] = self.nodes
-        return state
+        """What pickle and copy keep: the fields (the nodes built)."""
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
     def __getitem__(self, path: str) -> Node:
         try:
