@@ -150,6 +150,7 @@ typedef struct {
     PyObject *children;
     PyObject *mode;
     Py_ssize_t level;
+    Py_ssize_t idle; /* flushes in a row without a record (take_tree counts them) */
     int64_t count;
     unsigned __int128 total;
     int64_t min;
@@ -271,65 +272,104 @@ bucket_mid(int b)
 
 static const double QUANTILES[3] = {0.5, 0.9, 0.99};
 
-/* The interval's summary, exactly as stats.Accumulator.summary() computes it. */
-static PyObject *
-node_summary(const NodeObject *n)
+/* One node's figures for one interval, taken out of it. */
+typedef struct {
+    int64_t count;
+    unsigned __int128 total;
+    unsigned __int128 sumsq;
+    int64_t min;
+    int64_t max;
+    double q[3]; /* QUANTILES, ns */
+} Taken;
+
+/* Take what `n` recorded (count > 0) into `t` and reset it: the quantiles come from the
+ * histogram, whose records all lie between the buckets of min and max, so only those
+ * buckets are read and cleared. No Python call: one indivisible step under the GIL. */
+static void
+node_take_into(NodeObject *n, Taken *t)
 {
     int64_t count = n->count;
-    double mean, variance = 0.0, q[3];
+    double lo = (double)n->min, hi = (double)n->max;
+    int first = bucket_of(n->min), last = bucket_of(n->max), b = first;
+    uint64_t seen = 0;
+    for (int i = 0; i < 3; i++) {
+        double rank = QUANTILES[i] * (double)count;
+        while ((double)seen < rank && b <= last) {
+            seen += n->hist[b++];
+        }
+        if ((double)seen < rank) {
+            t->q[i] = hi;
+            continue;
+        }
+        double mid = bucket_mid(b - 1);
+        t->q[i] = mid < lo ? lo : (mid > hi ? hi : mid);
+    }
+    t->count = count;
+    t->total = n->total;
+    t->sumsq = n->sumsq;
+    t->min = n->min;
+    t->max = n->max;
+    memset(&n->hist[first], 0, (size_t)(last - first + 1) * sizeof n->hist[0]);
+    n->count = n->min = n->max = 0;
+    n->total = n->sumsq = 0;
+}
+
+/* mean, min, max, std, p50, p90, p99 in seconds, exactly as stats.Accumulator.summary()
+ * computes them (integer sums, correctly rounded ratios). */
+static int
+taken_figures(const Taken *t, double out[7])
+{
+    int64_t count = t->count;
+    double mean, variance = 0.0;
     unsigned __int128 c = (unsigned __int128)count, num;
-    if (exact_ratio(n->total, c, &mean) < 0) {
-        return NULL;
+    if (exact_ratio(t->total, c, &mean) < 0) {
+        return -1;
     }
     /* count * sumsq - total^2 >= 0 (Cauchy-Schwarz); Python ints when it would overflow */
-    if (!__builtin_mul_overflow(c, n->sumsq, &num) && n->total < ((unsigned __int128)1 << 64)) {
-        num -= n->total * n->total;
+    if (!__builtin_mul_overflow(c, t->sumsq, &num) && t->total < ((unsigned __int128)1 << 64)) {
+        num -= t->total * t->total;
         if (exact_ratio(num, c * c, &variance) < 0) {
-            return NULL;
+            return -1;
         }
     }
     else {
-        PyObject *cl = PyLong_FromLongLong(count), *s = u128_to_long(n->sumsq);
-        PyObject *t = u128_to_long(n->total), *a = NULL, *b = NULL, *d = NULL, *v = NULL;
-        if (cl && s && t && (a = PyNumber_Multiply(cl, s)) && (b = PyNumber_Multiply(t, t)) &&
+        PyObject *cl = PyLong_FromLongLong(count), *s = u128_to_long(t->sumsq);
+        PyObject *tt = u128_to_long(t->total), *a = NULL, *b = NULL, *d = NULL, *v = NULL;
+        if (cl && s && tt && (a = PyNumber_Multiply(cl, s)) && (b = PyNumber_Multiply(tt, tt)) &&
             (d = PyNumber_Subtract(a, b))) {
             Py_SETREF(a, PyNumber_Multiply(cl, cl));
             v = a ? PyNumber_TrueDivide(d, a) : NULL;
         }
         Py_XDECREF(cl);
         Py_XDECREF(s);
-        Py_XDECREF(t);
+        Py_XDECREF(tt);
         Py_XDECREF(a);
         Py_XDECREF(b);
         Py_XDECREF(d);
         if (v == NULL) {
-            return NULL;
+            return -1;
         }
         variance = PyFloat_AsDouble(v);
         Py_DECREF(v);
     }
-    double lo = (double)n->min, hi = (double)n->max;
-    int b = 0;
-    uint64_t seen = 0;
-    for (int i = 0; i < 3; i++) {
-        double rank = QUANTILES[i] * (double)count;
-        while ((double)seen < rank && b < NBUCKETS) {
-            seen += n->hist[b++];
-        }
-        if ((double)seen < rank) {
-            q[i] = hi;
-            continue;
-        }
-        double mid = bucket_mid(b - 1);
-        q[i] = mid < lo ? lo : (mid > hi ? hi : mid);
+    out[0] = mean / 1e9;
+    out[1] = (double)t->min / 1e9;
+    out[2] = (double)t->max / 1e9;
+    out[3] = sqrt(variance > 0.0 ? variance : 0.0) / 1e9;
+    out[4] = t->q[0] / 1e9;
+    out[5] = t->q[1] / 1e9;
+    out[6] = t->q[2] / 1e9;
+    return 0;
+}
+
+/* A Python int of a 128-bit total, without the shifts when it fits 64 bits. */
+static PyObject *
+total_to_long(unsigned __int128 x)
+{
+    if (x >> 64 == 0) {
+        return PyLong_FromUnsignedLongLong((unsigned long long)x);
     }
-    PyObject *total = u128_to_long(n->total);
-    if (total == NULL) {
-        return NULL;
-    }
-    return Py_BuildValue("(LNddddddd)", (long long)count, total, mean / 1e9, lo / 1e9,
-                         hi / 1e9, sqrt(variance > 0.0 ? variance : 0.0) / 1e9, q[0] / 1e9,
-                         q[1] / 1e9, q[2] / 1e9);
+    return u128_to_long(x);
 }
 
 static PyObject *
@@ -338,16 +378,18 @@ Node_take(NodeObject *self, PyObject *Py_UNUSED(ignored))
     if (self->count == 0) {
         Py_RETURN_NONE;
     }
-    /* Copy first: building Python objects may run other threads (GIL switches). */
-    NodeObject snap;
-    snap.count = self->count;
-    snap.total = self->total;
-    snap.min = self->min;
-    snap.max = self->max;
-    snap.sumsq = self->sumsq;
-    memcpy(snap.hist, self->hist, sizeof snap.hist);
-    node_reset(self);
-    return node_summary(&snap);
+    Taken t;
+    double f[7];
+    node_take_into(self, &t);
+    if (taken_figures(&t, f) < 0) {
+        return NULL;
+    }
+    PyObject *total = total_to_long(t.total);
+    if (total == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("(LNddddddd)", (long long)t.count, total, f[0], f[1], f[2], f[3], f[4],
+                         f[5], f[6]);
 }
 
 static PyObject *
@@ -417,12 +459,13 @@ static const FieldSpec node_fields[] = {
     {"path node", "children", offsetof(NodeObject, children), F_DICT},
     {"path node", "mode", offsetof(NodeObject, mode), F_STR},
     {"path node", "level", offsetof(NodeObject, level), F_LEVEL},
+    {"path node", "idle", offsetof(NodeObject, idle), F_LEVEL},
 };
 
 static PyGetSetDef Node_getset[] = {
     FIELD_GETSET(node_fields[0]), FIELD_GETSET(node_fields[1]), FIELD_GETSET(node_fields[2]),
     FIELD_GETSET(node_fields[3]), FIELD_GETSET(node_fields[4]), LEVEL_GETSET(node_fields[5]),
-    {NULL, NULL, NULL, NULL, NULL},
+    LEVEL_GETSET(node_fields[6]), {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyTypeObject NodeType = {
@@ -438,6 +481,288 @@ static PyTypeObject NodeType = {
     .tp_methods = Node_methods,
     .tp_getset = Node_getset,
 };
+
+/* -- take_tree: a flush's walk of the path tree ------------------------------------------
+ * take_tree(root, idle_limit, keep, concurrent) does in one pass what registry.collect()
+ * needs of every path (registry._take_tree is the same in Python): take each node's
+ * interval figures (node_take_into), count idle flushes, release the idle leaves nothing
+ * else holds, and return the nodes with records (or in `keep`) as columns, in tree order
+ * (parents first, siblings by creation). Phases: walk and check (no change and no Python
+ * object made, so no other code runs and the children dicts cannot change under it), take
+ * (no Python call either: every node is taken in one indivisible step), build the columns,
+ * release. The caller (registry.collect) holds the registry lock. */
+
+typedef struct {
+    NodeObject *node;        /* strong reference */
+    Py_ssize_t parent;       /* walk index of the parent; -1 below the root */
+    Py_ssize_t reach;        /* the highest level of the node and its ancestors */
+    Py_ssize_t row;          /* output row; -1: left out */
+    Py_ssize_t released;     /* children released in this pass (each holds a reference) */
+    Taken taken;
+} TreeItem;
+
+typedef struct {
+    PyObject *children;
+    Py_ssize_t pos;
+    Py_ssize_t index; /* walk index of the node owning `children` */
+} TreeLevel;
+
+static int
+grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t size)
+{
+    if (need <= *cap) {
+        return 0;
+    }
+    Py_ssize_t n = *cap ? *cap : 64;
+    while (n < need) {
+        n *= 2;
+    }
+    void *p = PyMem_Realloc(*buf, (size_t)n * size);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+/* Deeper than this, a tree is a cycle (a node among its own descendants). */
+#define MAX_WALK_DEPTH (1 << 16)
+
+/* Every node below root, preorder, each with a strong reference; -1 on a child that is
+ * not a path node, a node without its fields, or a cycle. */
+static int
+walk_tree(NodeObject *root, TreeItem **items, Py_ssize_t *count)
+{
+    TreeLevel *stack = NULL;
+    Py_ssize_t depth = 0, stack_cap = 0, cap = 0, n = 0;
+    int rc = -1;
+    if (root->children == NULL) {
+        *count = 0;
+        return 0;
+    }
+    if (grow((void **)&stack, &stack_cap, 1, sizeof *stack) < 0) {
+        return -1;
+    }
+    stack[depth++] = (TreeLevel){root->children, 0, -1};
+    while (depth > 0) {
+        TreeLevel *top = &stack[depth - 1];
+        PyObject *key, *value;
+        if (!PyDict_Next(top->children, &top->pos, &key, &value)) {
+            depth--;
+            continue;
+        }
+        if (!PyObject_TypeCheck(value, &NodeType)) {
+            PyErr_Format(PyExc_TypeError,
+                         "take_tree: a path node's children must be path nodes, got %R under "
+                         "the key %R",
+                         value, key);
+            goto done;
+        }
+        NodeObject *node = (NodeObject *)value;
+        if (node->path == NULL || node->mode == NULL || node->children == NULL) {
+            PyErr_SetString(PyExc_TypeError,
+                            "take_tree: a path node without its path, mode or children");
+            goto done;
+        }
+        if (grow((void **)items, &cap, n + 1, sizeof **items) < 0) {
+            goto done;
+        }
+        Py_ssize_t parent = top->index;
+        Py_ssize_t reach = parent < 0 ? 0 : (*items)[parent].reach;
+        Py_INCREF(node);
+        (*items)[n] = (TreeItem){node, parent, node->level > reach ? node->level : reach, -1, 0};
+        if (PyDict_GET_SIZE(node->children) > 0) {
+            if (depth >= MAX_WALK_DEPTH) {
+                PyErr_Format(PyExc_ValueError,
+                             "take_tree: the path tree is deeper than %d nodes below %R (a "
+                             "node among its own children?)",
+                             MAX_WALK_DEPTH, key);
+                n++;
+                goto done;
+            }
+            if (grow((void **)&stack, &stack_cap, depth + 1, sizeof *stack) < 0) {
+                n++;
+                goto done;
+            }
+            stack[depth++] = (TreeLevel){node->children, 0, n};
+        }
+        n++;
+    }
+    rc = 0;
+done:
+    PyMem_Free(stack);
+    *count = n;
+    return rc;
+}
+
+/* Release the idle leaves (idle >= idle_limit, no children) that nothing but their
+ * parent's children dict holds, children before parents; returns how many, -1 on error. */
+static Py_ssize_t
+release_idle(TreeItem *items, Py_ssize_t n, Py_ssize_t idle_limit, PyObject *concurrent)
+{
+    Py_ssize_t released = 0;
+    for (Py_ssize_t k = n - 1; k >= 0; k--) {
+        NodeObject *node = items[k].node;
+        if (node->idle < idle_limit || PyDict_GET_SIZE(node->children) > 0 ||
+            node->parent == NULL || node->parent == Py_None || node->name == NULL) {
+            continue;
+        }
+        int in_concurrent = 0;
+        if (concurrent != NULL && (in_concurrent = PySet_Contains(concurrent, (PyObject *)node)) < 0) {
+            return -1;
+        }
+        /* the parent's dict, items[k], the concurrent set, released children's parent */
+        if (Py_REFCNT(node) > 2 + in_concurrent + items[k].released) {
+            continue;
+        }
+        PyObject *siblings = ((NodeObject *)node->parent)->children;
+        if (siblings == NULL || PyDict_GetItemWithError(siblings, node->name) != (PyObject *)node) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        if (PyDict_DelItem(siblings, node->name) < 0 ||
+            (in_concurrent && PySet_Discard(concurrent, (PyObject *)node) < 0)) {
+            return -1;
+        }
+        Py_ssize_t parent = items[k].parent;
+        if (parent >= 0 && (PyObject *)items[parent].node == node->parent) {
+            items[parent].released++;
+        }
+        released++;
+    }
+    return released;
+}
+
+static PyObject *
+take_tree(PyObject *module, PyObject *args)
+{
+    PyObject *root, *keep, *concurrent;
+    Py_ssize_t idle_limit;
+    if (!PyArg_ParseTuple(args, "O!nOO:take_tree", &NodeType, &root, &idle_limit, &keep,
+                          &concurrent)) {
+        return NULL;
+    }
+    if (keep != Py_None && !PyAnySet_Check(keep)) {
+        return PyErr_Format(PyExc_TypeError, "take_tree: keep must be a set or None, got %R",
+                            keep);
+    }
+    if (concurrent != Py_None && !PySet_Check(concurrent)) {
+        return PyErr_Format(PyExc_TypeError,
+                            "take_tree: concurrent must be a set or None, got %R", concurrent);
+    }
+    keep = keep == Py_None ? NULL : keep;
+    concurrent = concurrent == Py_None ? NULL : concurrent;
+    TreeItem *items = NULL;
+    double *figures = NULL;
+    int64_t *links = NULL;
+    Py_ssize_t n = 0, rows = 0, released = 0;
+    long long regions = 0;
+    PyObject *out = NULL, *lists[5] = {NULL, NULL, NULL, NULL, NULL}, *fig = NULL, *lnk = NULL;
+    if (walk_tree((NodeObject *)root, &items, &n) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) { /* take: no Python call until every node is taken */
+        NodeObject *node = items[k].node;
+        if (node->count > 0) {
+            node_take_into(node, &items[k].taken);
+            node->idle = 0;
+            items[k].row = rows++;
+            regions += items[k].taken.count;
+        }
+        else {
+            items[k].taken.count = 0;
+            if (node->idle < PY_SSIZE_T_MAX) {
+                node->idle++;
+            }
+        }
+    }
+    for (Py_ssize_t k = 0; keep != NULL && k < n; k++) {
+        if (items[k].row < 0) {
+            int found = PySet_Contains(keep, (PyObject *)items[k].node);
+            if (found < 0) {
+                goto done;
+            }
+            items[k].row = found ? 0 : -1; /* numbered below */
+        }
+    }
+    if (keep != NULL) { /* rows in tree order again, now with the kept nodes */
+        rows = 0;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (items[k].row >= 0) {
+                items[k].row = rows++;
+            }
+        }
+    }
+    figures = PyMem_Calloc((size_t)(rows ? rows : 1), 7 * sizeof(double));
+    links = PyMem_Calloc((size_t)(rows ? rows : 1), 3 * sizeof(int64_t));
+    if (figures == NULL || links == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < 5; i++) {
+        if ((lists[i] = PyList_New(rows)) == NULL) {
+            goto done;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        TreeItem *it = &items[k];
+        Py_ssize_t r = it->row;
+        if (r < 0) {
+            continue;
+        }
+        if (it->taken.count > 0 && taken_figures(&it->taken, &figures[7 * r]) < 0) {
+            goto done;
+        }
+        PyObject *count = PyLong_FromLongLong(it->taken.count);
+        PyObject *total = count ? total_to_long(it->taken.total) : NULL;
+        if (total == NULL) {
+            Py_XDECREF(count);
+            goto done;
+        }
+        NodeObject *node = it->node;
+        Py_INCREF(node);
+        Py_INCREF(node->path);
+        Py_INCREF(node->mode);
+        PyList_SET_ITEM(lists[0], r, (PyObject *)node);
+        PyList_SET_ITEM(lists[1], r, node->path);
+        PyList_SET_ITEM(lists[2], r, node->mode);
+        PyList_SET_ITEM(lists[3], r, count);
+        PyList_SET_ITEM(lists[4], r, total);
+        links[3 * r] = it->parent < 0 ? -1 : items[it->parent].row;
+        links[3 * r + 1] = node->level;
+        links[3 * r + 2] = it->reach;
+    }
+    released = release_idle(items, n, idle_limit, concurrent);
+    if (released < 0) {
+        goto done;
+    }
+    fig = PyBytes_FromStringAndSize((const char *)figures, (Py_ssize_t)(rows * 7 * sizeof(double)));
+    lnk = fig ? PyBytes_FromStringAndSize((const char *)links,
+                                          (Py_ssize_t)(rows * 3 * sizeof(int64_t)))
+              : NULL;
+    if (lnk != NULL) {
+        out = Py_BuildValue("(OOOOOOOLn)", lists[0], lists[1], lists[2], lists[3], lists[4], fig,
+                            lnk, regions, released);
+    }
+done:
+    for (int i = 0; i < 5; i++) {
+        Py_XDECREF(lists[i]);
+    }
+    Py_XDECREF(fig);
+    Py_XDECREF(lnk);
+    PyMem_Free(figures);
+    PyMem_Free(links);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_DECREF(items[k].node);
+    }
+    PyMem_Free(items);
+    return out;
+}
+/* -- end of take_tree ------------------------------------------------------------------ */
 
 /* A region frame is (node, t0, parent frame, owner, event): whatever Python code put in the
  * context variable or passed to set_top() is checked before its items are read. */
@@ -2048,6 +2373,7 @@ static PyMethodDef module_methods[] = {
      "Keep each context's frames in a stack holder if the context layout is confirmed on "
      "this interpreter (else one variable set per transition); returns whether it is."},
     {"bucket", bucket, METH_O, "The histogram bucket of a duration in ns (for tests)."},
+    {"take_tree", take_tree, METH_VARARGS, "take_tree(root, idle_limit, keep, concurrent): see registry._take_tree."},
     {"timed_function_types", timed_function_types, METH_VARARGS,
      "timed_function_types(wrapt FunctionWrapper, BoundFunctionWrapper): the decorator's "
      "wrapper types derived from them, calling the wrapped function directly: (for a plain "
