@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch import nn
@@ -64,12 +66,13 @@ def test_a_report_not_made_by_a_flush_has_no_self_cost_line() -> None:
     assert not [tag for tag in scalars(report) if tag.startswith("instrument/")]
 
 
-def test_the_calibration_measures_a_region_and_leaves_the_tree_alone() -> None:
-    from instrument import registry
-
+@pytest.mark.parametrize(
+    "calibrate", [selfcost._calibrate, hook_cost.hook_ns], ids=["region", "hook"]
+)
+def test_a_calibration_measures_and_leaves_the_tree_alone(calibrate: Callable[[], float]) -> None:
     before = set(registry.ROOT.children) - {"calibrated-inside"}
     with instrument.timed("calibrated-inside"):
-        cost = selfcost._calibrate()
+        cost = calibrate()
         assert instrument.current_path() == "calibrated-inside"
     assert 0.0 < cost < 1e6  # ns: far below a millisecond on any machine
     assert set(registry.ROOT.children) - before == {"calibrated-inside"}
@@ -162,16 +165,6 @@ def test_count_splits_plain_and_hooked_calls_by_registered_name() -> None:
     assert selfcost.count(collected) == (5, 4)  # retired names count once more...
     assert selfcost.count(collected) == (9, 0)  # ...then no longer
     assert selfcost.hook_ns() == 0.0
-
-
-def test_the_hook_calibration_measures_a_hooked_module_and_leaves_the_tree_alone() -> None:
-    before = set(registry.ROOT.children) - {"calibrated-inside"}
-    with instrument.timed("calibrated-inside"):
-        cost = hook_cost.hook_ns()
-        assert instrument.current_path() == "calibrated-inside"
-    assert 0.0 < cost < 1e6  # ns: far below a millisecond on any machine
-    assert set(registry.ROOT.children) - before == {"calibrated-inside"}
-    assert not registry.ROOT.children["calibrated-inside"].children
 
 
 def test_a_self_cost_written_before_hooks_were_counted_apart_reads_back() -> None:
