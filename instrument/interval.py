@@ -10,7 +10,7 @@ from instrument import registry
 from instrument.rank import rank_and_world
 from instrument.registry import PathNode
 from instrument.report import Node, Report, SelfCost
-from instrument.stats import Accumulator, Stats, stats_of
+from instrument.stats import Stats, Summary, stats_of
 from instrument.throughput import Throughput
 
 
@@ -18,7 +18,7 @@ def build_report(
     collected: list[registry.Collected],
     *,
     steps: int,
-    step_ns: list[int],
+    step_time: Summary | None,
     normalizer: float | str,
     level: int | None,
     index: int = 0,
@@ -30,7 +30,8 @@ def build_report(
     self_cost: SelfCost | None = None,
 ) -> Report:
     """Turn one interval's collected accumulators (in tree order, as
-    :func:`registry.collect` gives them) into a normalized :class:`Report`."""
+    :func:`registry.collect` gives them) into a normalized :class:`Report`; ``step_time``
+    summarizes the interval's step times (``NodeBase.take()``)."""
     kept = (
         collected
         if level is None
@@ -73,16 +74,12 @@ def build_report(
             )
         )
 
-    step_time = None
-    if steps:
-        acc = Accumulator()
-        acc.add_batch(step_ns)
-        step_time = scale(acc.to_stats())
+    step_stats = None if not steps or step_time is None else scale(stats_of(step_time))
     rank, world = rank_and_world()
     return Report(
         nodes=tuple(nodes),
         steps=steps,
-        step_time=step_time,
+        step_time=step_stats,
         normalizer=normalizer,
         index=index,
         step=step,

@@ -25,6 +25,7 @@ read and reset host-side counters: nothing here synchronizes the device.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import torch
@@ -65,20 +66,58 @@ _DEVICE_COUNTS = (
 )
 
 
+#: ``/proc`` files kept open in this process, by (path, flags): a flush reads and writes
+#: them with one system call each instead of an open, a read and a close.
+_fds: dict[tuple[str, int], int] = {}
+
+
+def _fd(path: str, flags: int) -> int:
+    """This process's descriptor of ``path`` (opened on first use); ``OSError`` if it
+    cannot be opened."""
+    key = (path, flags)
+    fd = _fds.get(key)
+    if fd is None:
+        fd = _fds[key] = os.open(path, flags)
+    return fd
+
+
+def _reopen_after_fork() -> None:
+    """In a forked child the inherited descriptors still name the parent's ``/proc`` files:
+    close them, so that the child opens its own."""
+    fds = list(_fds.values())
+    _fds.clear()
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reopen_after_fork)
+
+
+def _kib_field(text: bytes, key: bytes) -> int | None:
+    """The value of ``key`` (e.g. ``b"VmRSS:"``, a line ``VmRSS:   26000 kB``) in bytes."""
+    start = text.find(key)
+    if start < 0:
+        return None
+    end = text.find(b"\n", start)
+    parts = text[start + len(key) : end if end >= 0 else len(text)].split()
+    return int(parts[0]) * 1024 if parts and parts[0].isdigit() else None
+
+
 def _proc_status() -> dict[str, int]:
     """``VmRSS`` and ``VmHWM`` in bytes from one read of ``/proc/self/status`` ({} without it)."""
     try:
-        with open(_PROC_STATUS, "rb") as f:
-            text = f.read()
+        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 16384, 0)
     except OSError:
         return {}
     found: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.startswith((b"VmRSS:", b"VmHWM:")):
-            key, _, value = line.partition(b":")
-            parts = value.split()  # e.g. [b"26000", b"kB"]
-            if parts and parts[0].isdigit():
-                found[key.decode()] = int(parts[0]) * 1024
+    for key in ("VmRSS", "VmHWM"):
+        value = _kib_field(text, key.encode() + b":")
+        if value is not None:
+            found[key] = value
     return found
 
 
@@ -144,9 +183,8 @@ class MemorySampler:
     def _reset_host_peak(self) -> None:
         if not self._host_peak_resets:
             return
-        try:
-            with open(_CLEAR_REFS, "w") as f:
-                f.write("5")  # 5: reset the peak RSS (VmHWM) to the current RSS
+        try:  # 5: reset the peak RSS (VmHWM) to the current RSS
+            os.write(_fd(_CLEAR_REFS, os.O_WRONLY), b"5")
         except OSError:
             self._host_peak_resets = False
 

@@ -210,3 +210,27 @@ def test_allocation_retries_on_a_gpu(caplog: pytest.LogCaptureFixture) -> None:
     assert memory["device_ooms"] == 0
     assert "1 CUDA allocation retry on cuda:" in caplog.text
     assert sampler.sample()["device_alloc_retries"] == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_forked_child_reads_its_own_proc_files() -> None:
+    """The sampler keeps /proc/self/status open; a forked child must not read its parent's."""
+    import os
+
+    sampler = MemorySampler()
+    sampler.sample()  # opens the files in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            sampler.sample()
+            fd = memory_module._fds[(memory_module._PROC_STATUS, os.O_RDONLY)]
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            os.write(write, target.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        target = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert target == f"/proc/{pid}/status"
