@@ -88,20 +88,26 @@ def compute(
     flop_rate = _rate(flops, seconds)
     tflops = None if flop_rate is None else flop_rate / 1e12
     mfu = None if flop_rate is None or not peak_flops else flop_rate / peak_flops
-    return Throughput(
-        steps=steps,
-        seconds=seconds,
-        samples=samples,
-        tokens=tokens,
-        steps_per_sec=_rate(steps, seconds) if steps else None,
-        samples_per_sec=_rate(samples, seconds),
-        tokens_per_sec=_rate(tokens, seconds),
-        flops_per_step=flops_per_step,
-        tflops=tflops,
-        peak_tflops=None if not peak_flops else peak_flops / 1e12,
-        mfu=mfu,
-        warmup_steps=warmup_steps,
+    rates = object.__new__(Throughput)  # without the frozen dataclass's per-field setattr
+    object.__setattr__(
+        rates,
+        "__dict__",
+        {
+            "steps": steps,
+            "seconds": seconds,
+            "samples": samples,
+            "tokens": tokens,
+            "steps_per_sec": _rate(steps, seconds) if steps else None,
+            "samples_per_sec": _rate(samples, seconds),
+            "tokens_per_sec": _rate(tokens, seconds),
+            "flops_per_step": flops_per_step,
+            "tflops": tflops,
+            "peak_tflops": None if not peak_flops else peak_flops / 1e12,
+            "mfu": mfu,
+            "warmup_steps": warmup_steps,
+        },
     )
+    return rates
 
 
 @contextlib.contextmanager
