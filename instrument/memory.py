@@ -110,7 +110,7 @@ def _kib_field(text: bytes, key: bytes) -> int | None:
 def _proc_status() -> dict[str, int]:
     """``VmRSS`` and ``VmHWM`` in bytes from one read of ``/proc/self/status`` ({} without it)."""
     try:
-        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 16384, 0)
+        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 4096, 0)  # VmHWM, VmRSS: in the first 1 KiB
     except OSError:
         return {}
     found: dict[str, int] = {}
