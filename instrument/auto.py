@@ -15,6 +15,7 @@ from instrument import clocks, config, registry, throughput
 from instrument._warn import warn_once
 from instrument.hooks import backward as backward_hooks
 from instrument.hooks import checkpoint as checkpoint_hooks
+from instrument.hooks import cost as hook_cost
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
 from instrument.hooks import optim as optim_hooks
@@ -410,3 +411,6 @@ def _install(
         undo.append(collective_hooks.install())
         collective_hooks.anchor = backward_hooks.anchor
         collective_hooks.hook_ddp(model)
+    undo.append(
+        hook_cost.count(targets, backward, optimizers, lr_scheduler, dataloader, collectives)
+    )

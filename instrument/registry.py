@@ -297,8 +297,19 @@ class Collected(NamedTuple):
 OpenCall = tuple[PathNode, int, int]
 
 #: Host time (ns) already reported for calls open at an earlier flush, by
-#: (thread id of that flush, node, start ns). Only touched by collect() and clear().
-_carried: dict[tuple[int, PathNode, int], int] = {}
+#: (token of the flushing thread, node, start ns). Only touched by collect() and clear().
+_carried: dict[tuple[object, PathNode, int], int] = {}
+
+_thread_token = threading.local()
+
+
+def _flusher_token() -> object:
+    """An object standing for the calling thread for as long as anything refers to it: unlike
+    ``threading.get_ident()``, never handed on to a thread started after this one ended."""
+    token = getattr(_thread_token, "token", None)
+    if token is None:
+        token = _thread_token.token = object()
+    return token
 
 
 #: (node, start ns) of calls closed from another thread or task while their frame stays on
@@ -333,9 +344,9 @@ def _split_open(
     """Per node: ns to add to this interval's total for calls open now or closed since an
     earlier flush (see :class:`Collected`), and the nodes with a call open now."""
     global _carried
-    thread = threading.get_ident()
+    thread = _flusher_token()
     adjust: dict[PathNode, int] = {}
-    carried: dict[tuple[int, PathNode, int], int] = {}
+    carried: dict[tuple[object, PathNode, int], int] = {}
     for node, t0, now in open_now:
         key = (thread, node, t0)
         span = max(now - t0, 0)
@@ -343,7 +354,7 @@ def _split_open(
         adjust[node] = adjust.get(node, 0) + max(span - reported, 0)
         carried[key] = max(span, reported)
     for key, reported in _carried.items():
-        if key[0] != thread:  # open in a context this flush cannot see: keep for later
+        if key[0] is not thread:  # open in a context this flush cannot see: keep for later
             carried[key] = reported
             continue
         node = key[1]  # closed since: its record holds the full duration

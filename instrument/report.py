@@ -106,19 +106,25 @@ class Straggler:
 @dataclass(frozen=True)
 class SelfCost:
     """What instrument itself cost in an interval: the ``regions`` that ended in it times
-    one region's enter and exit on this machine (``region_ns``, calibrated once), plus the
-    previous flush's own time (``flush_seconds``), against the interval's time on the host
-    clock (``interval_seconds``)."""
+    one region's enter and exit on this machine (``region_ns``, calibrated once), the
+    ``hooked`` regions (entered through ``auto``'s hooks) times one hooked region's cost
+    (``hooked_ns``, calibrated once), plus the previous flush's own time
+    (``flush_seconds``), against the interval's time on the host clock
+    (``interval_seconds``)."""
 
     regions: int
     region_ns: float
     flush_seconds: float
     interval_seconds: float
+    hooked: int = 0
+    hooked_ns: float = 0.0
 
     @property
     def seconds(self) -> float:
         """The estimated cost in seconds."""
-        return self.regions * self.region_ns / 1e9 + self.flush_seconds
+        return (self.regions * self.region_ns + self.hooked * self.hooked_ns) / 1e9 + (
+            self.flush_seconds
+        )
 
     @property
     def share(self) -> float:
@@ -139,6 +145,8 @@ class SelfCost:
             region_ns=float(data["region_ns"]),
             flush_seconds=float(data["flush_seconds"]),
             interval_seconds=float(data["interval_seconds"]),
+            hooked=int(data.get("hooked", 0)),
+            hooked_ns=float(data.get("hooked_ns", 0.0)),
         )
 
 

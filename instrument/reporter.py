@@ -337,16 +337,20 @@ class Reporter:
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
         region_ns = selfcost.region_ns()  # calibrated at the first flush, not counted in it
+        hooked_ns = selfcost.hook_ns()  # likewise, at the first flush after auto()
         began = _state.now()
         collected = registry.collect(registry.open_calls(frames._get()))
         steps, step_time = self._steps, self._step_times.take()
         rates = self._throughput()
         memory = self._memory.sample() if self._memory is not None else {}
+        regions, hooked = selfcost.count(collected)
         cost = SelfCost(
-            regions=sum(item.host[0] for item in collected if item.host is not None),
+            regions=regions,
             region_ns=region_ns,
             flush_seconds=self._last_flush_ns / 1e9,
             interval_seconds=max(began - self._start_ns, 0) / 1e9,
+            hooked=hooked,
+            hooked_ns=hooked_ns,
         )
         self._run_steps += steps
         start_wall = self._start_wall

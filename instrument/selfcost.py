@@ -3,31 +3,96 @@
 A report's :class:`~instrument.report.SelfCost` multiplies it by the regions that ended in
 the interval and adds the previous flush's own time; the share of the interval's time that
 makes is the first line of ``Report.render()`` (``instrument: 0.3 % of the interval``).
+
+Regions entered through ``instrument.auto``'s hooks (a module's timed ``forward``, the
+optimizer's step hooks, the patched ``backward``...) cost several times a plain ``with``
+region. ``auto`` registers their names with :func:`count_hooked`, and the calls of those
+paths are counted apart, at the cost of one hooked region (measured once, at the first
+flush that has any, by the calibration ``auto`` registers: :mod:`instrument.hooks.cost`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 
 from instrument.regions import frames
 from instrument.regions.region import CpuRegion
-from instrument.registry import PathNode
+from instrument.registry import Collected, PathNode
 
 #: Calls timed per calibration round (a round takes well under a millisecond in C).
 CALLS = 1000
-ROUNDS = 3
+ROUNDS = 5
 
 _region_ns: float | None = None
+
+#: The region names each live ``auto()`` handle enters through its hooks; a removed
+#: handle's names still count at the next :func:`count` (what its hooks recorded).
+_hooked: list[frozenset[str]] = []
+_retired: list[frozenset[str]] = []
+_hook_calibration: Callable[[], float] | None = None
+_hook_ns: float | None = None
 
 
 def region_ns() -> float:
     """One region's enter + exit in ns on this machine and path (C or pure Python): the
-    fastest of a few rounds of ``with timed(...)`` over an empty loop, measured at the
-    first call and kept."""
+    fastest of a few rounds of ``with timed(...)``, less the fastest empty loop, measured
+    at the first call and kept."""
     global _region_ns
     if _region_ns is None:
         _region_ns = _calibrate()
     return _region_ns
+
+
+def hook_ns() -> float:
+    """One region entered through ``auto``'s hooks, in ns (the hook's whole cost, the
+    region's included): measured by the registered calibration at the first call while
+    names are registered, and kept; 0.0 while none are."""
+    global _hook_ns
+    if not (_hooked or _retired) or _hook_calibration is None:
+        return 0.0
+    if _hook_ns is None:
+        _hook_ns = _hook_calibration()
+    return _hook_ns
+
+
+def count_hooked(names: Iterable[str], calibrate: Callable[[], float]) -> Callable[[], None]:
+    """Count the calls of paths named ``names`` as entered through hooks, until the first
+    :func:`count` after the returned undo runs (idempotent). ``calibrate()`` measures one
+    such region in ns (called once)."""
+    global _hook_calibration
+    entry = frozenset(names)
+    _hooked.append(entry)
+    _hook_calibration = calibrate
+    done = False
+
+    def undo() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            _hooked.remove(entry)
+            _retired.append(entry)
+
+    return undo
+
+
+def count(collected: Iterable[Collected]) -> tuple[int, int]:
+    """The calls that ended in an interval: ``(plain regions, regions entered through
+    hooks)``, the latter being those of paths named as :func:`count_hooked` registered."""
+    hooked_names: frozenset[str] = frozenset().union(*_hooked, *_retired)
+    _retired.clear()
+    regions = hooked = 0
+    for node, calls in _calls(collected):
+        if node.name in hooked_names:
+            hooked += calls
+        else:
+            regions += calls
+    return regions, hooked
+
+
+def _calls(collected: Iterable[Collected]) -> Iterable[tuple[PathNode, int]]:
+    """``(node, calls)`` of each path that recorded in the interval."""
+    return ((item.node, item.host[0]) for item in collected if item.host is not None)
 
 
 def _calibrate() -> float:
@@ -39,7 +104,7 @@ def _calibrate() -> float:
     region = CpuRegion(name)  # the plain host-clock region: never traced or observed
     saved = frames._get()
     frames._set((scratch, 0, None, None, None))
-    best = float("inf")
+    empty, timed = [], []
     try:
         for _ in range(ROUNDS):
             loop = range(CALLS)
@@ -51,7 +116,8 @@ def _calibrate() -> float:
                 with region:
                     pass
             t2 = time.perf_counter_ns()
-            best = min(best, max((t2 - t1) - (t1 - t0), 0) / CALLS)
+            empty.append(t1 - t0)
+            timed.append(t2 - t1)
     finally:
         frames._set(saved)
-    return best
+    return max(min(timed) - min(empty), 0) / CALLS

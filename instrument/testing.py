@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from instrument import _state, _warn, config, observe, registry, reporter
+from instrument import _state, _warn, config, observe, registry, reporter, selfcost
 from instrument.auto import installed_handles
 from instrument.compat import feed as compat_feed
 from instrument.regions import frames
@@ -83,6 +83,7 @@ def reset() -> None:
         live._detach()
     for handle in installed_handles():
         handle.remove()
+    selfcost._retired.clear()  # what the removed handles' hooks recorded is dropped below
     _state.enabled = True
     _state.level = None
     observe.reset()

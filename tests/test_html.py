@@ -414,3 +414,33 @@ def test_the_page_in_chromium(
     assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
     if os.environ.get("INSTRUMENT_UPDATE_DOCS"):  # regenerate docs/img/html_report.png
         browser.save_screenshot(str(ROOT / "docs" / "img" / "html_report.png"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_tree_deeper_than_the_browsers_stack_is_drawn(
+    browser: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from contextlib import ExitStack
+
+    depth = 4000  # recursive walks overflow Chromium's stack at a few thousand levels
+    clock = FakeClock()
+    run_file = tmp_path / "deep.jsonl"
+    instrument.configure(max_depth=depth)  # (the autouse reset puts the cap back)
+    with use_clock(clock):
+        reporter = instrument.Reporter(every=None, sinks=[JSONL(run_file)], memory=False)
+        with ExitStack() as stack:
+            for _ in range(depth):
+                stack.enter_context(instrument.timed("l"))
+                clock.advance(1e-6)
+        instrument.step()
+        reporter.flush()
+        reporter.close()
+    page = tmp_path / "deep.html"
+    make_page(capsys, run_file, page)
+    open_page(browser, page)
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []
+    assert browser.execute_script("return document.body.dataset.ready") == "1"
+    deepest = "/".join(["l"] * depth)
+    assert deepest in shown_paths(browser)

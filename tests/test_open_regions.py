@@ -341,3 +341,38 @@ def test_an_abandoned_open_call_leaves_no_carry_behind(clock: FakeClock) -> None
     with instrument.timed("data"):
         clock.advance(3.0)
     assert reporter.flush()["data"].total == 3.0
+
+
+def test_a_new_thread_with_an_ended_threads_id_keeps_its_own_calls_whole(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from instrument import registry
+    from instrument.regions.frames import abandon
+
+    class SameIdent:  # threading as the registry sees it, where the OS hands an id on
+        get_ident = staticmethod(lambda: 7)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(threading, name)
+
+    monkeypatch.setattr(registry, "threading", SameIdent())
+    reporter = instrument.Reporter(every=None)
+    seen: list[float] = []
+
+    def first() -> None:  # a split call, abandoned; the thread ends before flushing again
+        job = instrument.timer("job")
+        job.start()
+        clock.advance(1.0)
+        seen.append(reporter.flush()["job"].total)
+        abandon(job.region)
+
+    def second() -> None:  # a whole call of the same path in the next thread
+        with instrument.timed("job"):
+            clock.advance(3.0)
+        seen.append(reporter.flush()["job"].total)
+
+    for target in (first, second):
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join()
+    assert seen == [1.0, 3.0]  # not 2.0: the first thread's carry is not the second's

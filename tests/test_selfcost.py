@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import torch
+from torch import nn
 
 import instrument
-from instrument import selfcost
+from instrument import registry, selfcost
+from instrument.hooks import cost as hook_cost
 from instrument.report import Report, SelfCost
+from instrument.sinks.memory import InMemory
 from instrument.sinks.scalars import scalars
 from instrument.testing import FakeClock, capture_reports, use_clock
 
@@ -70,3 +74,106 @@ def test_the_calibration_measures_a_region_and_leaves_the_tree_alone() -> None:
     assert 0.0 < cost < 1e6  # ns: far below a millisecond on any machine
     assert set(registry.ROOT.children) - before == {"calibrated-inside"}
     assert not registry.ROOT.children["calibrated-inside"].children
+
+
+def _mlp() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), torch.ones(2, 4)
+
+
+def test_regions_entered_through_auto_hooks_are_counted_at_the_hook_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(selfcost, "_region_ns", 500.0)
+    monkeypatch.setattr(selfcost, "_hook_ns", 2000.0)
+    model, opt, x = _mlp()
+    clock = FakeClock()
+    with use_clock(clock):
+        reporter = instrument.Reporter(every=None, sinks=[])
+        handle = instrument.auto(model, opt, reporter=reporter)
+        for _ in range(3):  # forward, 0, 1, backward, optimizer, zero_grad: 6 hooked a step
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        with instrument.timed("mine"):
+            clock.advance(1.0)
+        first = reporter.flush()
+        model(x).sum().backward()  # 4 more hooked regions, then the hooks come off:
+        handle.remove()  # what they recorded still counts at the hook cost
+        clock.advance(1.0)
+        second = reporter.flush()
+        with instrument.timed("forward"):  # a plain region of that name, hooks gone
+            clock.advance(1.0)
+        third = reporter.flush()
+        reporter.close(flush=False)
+    assert first.self_cost == SelfCost(1, 500.0, 0.0, 1.0, hooked=18, hooked_ns=2000.0)
+    assert first.self_cost.seconds == pytest.approx((500 + 18 * 2000) / 1e9)
+    assert first.render().splitlines()[1] == (
+        "instrument: 0.0037 % of the interval "
+        "(1 regions x 500 ns + 18 hooked x 2000 ns + last flush 0.00 ms)"
+    )
+    assert Report.from_dict(first.to_dict()) == first
+    assert first.to_dict()["self_cost"]["hooked"] == 18
+    tags = scalars(first)
+    assert tags["instrument/hooked"] == 18.0
+    assert tags["instrument/hooked_ns"] == 2000.0
+    assert tags["instrument/share"] == pytest.approx(36_500 / 1e9)
+    assert second.self_cost is not None
+    assert third.self_cost is not None
+    assert (second.self_cost.regions, second.self_cost.hooked) == (0, 4)
+    assert (third.self_cost.regions, third.self_cost.hooked) == (1, 0)
+    assert third.self_cost.hooked_ns == 0.0  # no hook left: nothing counted at its cost
+    assert "hooked" not in third.render().splitlines()[1]
+    assert "instrument/hooked" not in scalars(third)
+
+
+def test_the_final_report_of_auto_counts_its_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(selfcost, "_hook_ns", 2000.0)
+    model, opt, x = _mlp()
+    sink = InMemory()
+    handle = instrument.auto(model, opt, every=None, sinks=[sink])
+    model(x).sum().backward()
+    opt.step()
+    handle.remove()  # takes the hooks off, then closes the reporter auto made: one last report
+    (final,) = sink.reports
+    assert final.self_cost is not None
+    assert (final.self_cost.hooked, final.self_cost.hooked_ns) == (5, 2000.0)
+
+
+def test_count_splits_plain_and_hooked_calls_by_registered_name() -> None:
+    calls: list[int] = []
+
+    def calibrate() -> float:
+        calls.append(1)
+        return 7.0
+
+    undo = selfcost.count_hooked(["forward", "optimizer"], calibrate)
+    for name, n in (("forward", 3), ("mine", 2), ("optimizer", 1)):
+        with instrument.timed("step"):
+            for _ in range(n):
+                with instrument.timed(name):
+                    pass
+    collected = registry.collect()
+    assert selfcost.count(collected) == (3 + 2, 4)  # "step" (3 calls) and "mine" are plain
+    assert selfcost.hook_ns() == selfcost.hook_ns() == 7.0
+    assert calls == [1]
+    undo()
+    undo()  # idempotent
+    assert selfcost.count(collected) == (5, 4)  # retired names count once more...
+    assert selfcost.count(collected) == (9, 0)  # ...then no longer
+    assert selfcost.hook_ns() == 0.0
+
+
+def test_the_hook_calibration_measures_a_hooked_module_and_leaves_the_tree_alone() -> None:
+    before = set(registry.ROOT.children) - {"calibrated-inside"}
+    with instrument.timed("calibrated-inside"):
+        cost = hook_cost.hook_ns()
+        assert instrument.current_path() == "calibrated-inside"
+    assert 0.0 < cost < 1e6  # ns: far below a millisecond on any machine
+    assert set(registry.ROOT.children) - before == {"calibrated-inside"}
+    assert not registry.ROOT.children["calibrated-inside"].children
+
+
+def test_a_self_cost_written_before_hooks_were_counted_apart_reads_back() -> None:
+    older = {"regions": 3, "region_ns": 200.0, "flush_seconds": 0.001, "interval_seconds": 1.0}
+    assert SelfCost.from_dict(older) == SelfCost(3, 200.0, 0.001, 1.0, hooked=0, hooked_ns=0.0)

@@ -126,12 +126,15 @@ function buildTree(data, interval) {
   if (interval.o) root.children.push({ path: "(other)", name: "(other)", total: interval.o,
     children: [], other: true, self: interval.o });
   root.self = root.total - covered;
-  const sortKids = (node, depth) => {
-    node.depth = depth;
-    node.children.sort((a, b) => ((a.other ? 1 : 0) - (b.other ? 1 : 0)) || (b.total - a.total));
-    for (const child of node.children) { child.parent = node; sortKids(child, depth + 1); }
-  };
-  sortKids(root, 0);
+  // walks here and below keep their own stack: a tree thousands of levels deep must not
+  // overflow the browser's call stack
+  const order = (a, b) => ((a.other ? 1 : 0) - (b.other ? 1 : 0)) || (b.total - a.total);
+  const pending = [root];
+  while (pending.length) {
+    const node = pending.pop();
+    node.children.sort(order);
+    for (const child of node.children) { child.parent = node; child.depth = node.depth + 1; pending.push(child); }
+  }
   return { root, byPath };
 }
 
@@ -147,8 +150,11 @@ function drawIcicle(data, state) {
   const ancestors = [];
   for (let node = focus.parent; node; node = node.parent) ancestors.unshift(node);
   let maxDepth = 0;
-  const visit = (node) => { maxDepth = Math.max(maxDepth, node.depth); node.children.forEach(visit); };
-  visit(focus);
+  for (const pending = [focus]; pending.length;) {
+    const node = pending.pop();
+    maxDepth = Math.max(maxDepth, node.depth);
+    for (const child of node.children) pending.push(child);
+  }
   const rows = ancestors.length + (maxDepth - focus.depth) + 1;
   svg.setAttribute("viewBox", `0 0 ${width} ${rows * rowH}`);
   svg.setAttribute("height", rows * rowH);
@@ -175,20 +181,24 @@ function drawIcicle(data, state) {
     return g;
   };
   ancestors.forEach((node, i) => place(node, 0, width, i, "ancestor"));
-  const layout = (node, x, w, row) => {
+  // depth first, parents before children and siblings in order, as the SVG stacks them
+  const pending = [[focus, 0, width, ancestors.length]];
+  while (pending.length) {
+    const [node, x, w, row] = pending.pop();
     place(node, x, w, row, node === focus ? "focus" : "");
     const kids = node.children;
     let sum = 0;
     for (const kid of kids) sum += kid.total;
     const scale = node.total > 0 ? w / Math.max(node.total, sum) : 0;
+    const placed = [];
     let cursor = x;
     for (const kid of kids) {
       const kw = kid.total * scale;
-      layout(kid, cursor, kw, row + 1);
+      placed.push([kid, cursor, kw, row + 1]);
       cursor += kw;
     }
-  };
-  layout(focus, 0, width, ancestors.length);
+    for (let i = placed.length - 1; i >= 0; i--) pending.push(placed[i]);
+  }
   document.getElementById("crumb").textContent = focus === root ? "" : "zoomed into " + focus.path;
   document.getElementById("unzoom").disabled = focus === root;
 }

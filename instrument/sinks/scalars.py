@@ -21,7 +21,9 @@ Tags, with ``<path>`` the region's path (``step/forward``):
   ``memory/device_alloc_retries`` / ``memory/device_ooms`` as plain counts.
 - ``instrument/share`` (what the timing itself cost, as a fraction of the interval),
   ``instrument/regions``, ``instrument/region_ns`` and ``instrument/flush_ms`` (the previous
-  flush's own time): ``report.self_cost``, when the report has one.
+  flush's own time): ``report.self_cost``, when the report has one; with
+  ``instrument/hooked`` and ``instrument/hooked_ns`` (the regions entered through
+  ``auto``'s hooks, and one's cost) when there were some.
 - ``across/<tag>/rank_min``, ``rank_max``, ``rank_mean``, ``rank_argmin``, ``rank_argmax``
   for each value of ``report.across``, ``<tag>`` being its own tag above
   (``across/throughput/tokens_per_sec/rank_min``, ``across/memory/host_rss_gib/rank_max``).
@@ -164,6 +166,9 @@ def scalars(report: Report) -> dict[str, float]:
         out["instrument/regions"] = float(cost.regions)
         out["instrument/region_ns"] = cost.region_ns
         out["instrument/flush_ms"] = cost.flush_seconds * MS
+        if cost.hooked:
+            out["instrument/hooked"] = float(cost.hooked)
+            out["instrument/hooked_ns"] = cost.hooked_ns
     for key, ranks in report.across.items():
         tag, factor = _across_tag(key)
         _across(out, f"across/{tag}", ranks, factor)
