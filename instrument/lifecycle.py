@@ -157,22 +157,17 @@ def install_signal_handlers() -> None:
     """Handle SIGTERM and SIGHUP where their disposition is the default one; leave every
     other handler (the user's own, ``SIG_IGN``, one installed from C) alone. A no-op outside
     the main thread of the main interpreter (only it may set handlers)."""
-    if threading.get_ident() != threading.main_thread().ident:
-        return
     for signum in SIGNALS:
-        try:
-            if _is_default(_getsignal(signum)):
+        handler = _getsignal(signum)  # raw: SIG_DFL is the int 0, not the enum
+        if isinstance(handler, int) and handler == _SIG_DFL:
+            try:
                 signal.signal(signum, _on_signal)
-        except ValueError:  # not the main interpreter
-            return
+            except ValueError:  # not the main thread of the main interpreter
+                return
 
 
 _getsignal: Callable[[int], Any] = _raw_getsignal
-
-
-def _is_default(handler: object) -> bool:
-    """``handler`` (raw, as ``_signal.getsignal`` gives it) is ``SIG_DFL``."""
-    return isinstance(handler, int) and handler == signal.SIG_DFL
+_SIG_DFL = int(signal.SIG_DFL)
 
 
 # -- fork ----------------------------------------------------------------------------------

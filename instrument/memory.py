@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 import torch
@@ -97,28 +98,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reopen_after_fork)
 
 
-def _kib_field(text: bytes, key: bytes) -> int | None:
-    """The value of ``key`` (e.g. ``b"VmRSS:"``, a line ``VmRSS:   26000 kB``) in bytes."""
-    start = text.find(key)
-    if start < 0:
-        return None
-    end = text.find(b"\n", start)
-    parts = text[start + len(key) : end if end >= 0 else len(text)].split()
-    return int(parts[0]) * 1024 if parts and parts[0].isdigit() else None
+_VM = re.compile(rb"^Vm(RSS|HWM):\s*(\d+)", re.M)  # "VmRSS:   26000 kB"
 
 
 def _proc_status() -> dict[str, int]:
     """``VmRSS`` and ``VmHWM`` in bytes from one read of ``/proc/self/status`` ({} without it)."""
-    try:
-        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 4096, 0)  # VmHWM, VmRSS: in the first 1 KiB
+    try:  # VmHWM and VmRSS come in the first KiB
+        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 4096, 0)
     except OSError:
         return {}
-    found: dict[str, int] = {}
-    for key in ("VmRSS", "VmHWM"):
-        value = _kib_field(text, key.encode() + b":")
-        if value is not None:
-            found[key] = value
-    return found
+    return {"Vm" + key.decode(): int(kib) * 1024 for key, kib in _VM.findall(text)}
 
 
 def _lifetime_peak_rss() -> int | None:

@@ -312,9 +312,13 @@ class Reporter:
     def _throughput(self) -> Throughput | None:
         flops = self.flops_per_step if isinstance(self.flops_per_step, float) else None
         peak = self.peak_flops
-        if peak is None and flops is not None and clocks.cuda_ready():
-            peak = peaks.device_peak_flops(self.peak_dtype)
-        _warn_unmeasured(self, flops, peak, self._run_steps + self._steps)
+        if flops is not None and peak is None:
+            if clocks.cuda_ready():
+                peak = peaks.device_peak_flops(self.peak_dtype)
+            if peak is None:
+                _warn_unmeasured(self, flops, peak, self._run_steps + self._steps)
+        elif flops is None and self.flops_per_step == "auto":
+            _warn_unmeasured(self, flops, peak, self._run_steps + self._steps)
         return throughput.compute(
             self._steps - self._warm_steps,
             self._counted_ns,
