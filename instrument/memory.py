@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 
 import torch
@@ -98,7 +97,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reopen_after_fork)
 
 
-_VM = re.compile(rb"^Vm(RSS|HWM):\s*(\d+)", re.M)  # "VmRSS:   26000 kB"
+def _kib_field(text: bytes, key: bytes) -> int | None:
+    """The value of ``key`` (e.g. ``b"VmRSS:"``, a line ``VmRSS:   26000 kB``) in bytes."""
+    start = text.find(key)
+    if start < 0:
+        return None
+    end = text.find(b"\n", start)
+    parts = text[start + len(key) : end if end >= 0 else len(text)].split()
+    return int(parts[0]) * 1024 if parts and parts[0].isdigit() else None
 
 
 def _proc_status() -> dict[str, int]:
@@ -107,7 +113,16 @@ def _proc_status() -> dict[str, int]:
         text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 4096, 0)
     except OSError:
         return {}
-    return {"Vm" + key.decode(): int(kib) * 1024 for key, kib in _VM.findall(text)}
+    start = text.find(b"VmHWM:")  # Linux writes "VmHWM: <kB> kB\nVmRSS: <kB> kB"
+    parts = text[start : start + 64].split() if start >= 0 else []
+    if len(parts) > 4 and parts[3] == b"VmRSS:" and parts[1].isdigit() and parts[4].isdigit():
+        return {"VmRSS": int(parts[4]) * 1024, "VmHWM": int(parts[1]) * 1024}
+    found: dict[str, int] = {}
+    for key in ("VmRSS", "VmHWM"):
+        value = _kib_field(text, key.encode() + b":")
+        if value is not None:
+            found[key] = value
+    return found
 
 
 def _lifetime_peak_rss() -> int | None:

@@ -234,3 +234,20 @@ def test_forked_child_reads_its_own_proc_files() -> None:
         target = pipe.read().decode()
     os.waitpid(pid, 0)
     assert target == f"/proc/{pid}/status"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"Name:\tpython\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\nRssAnon:\t 1 kB\n",
+        b"Name:\tpython\nVmRSS:\t    1024 kB\nOther:\t 1 kB\nVmHWM:\t    2048 kB\n",  # other order
+    ],
+)
+def test_status_lines_are_read_in_either_layout(
+    text: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status = tmp_path / "status"
+    status.write_bytes(text)
+    monkeypatch.setattr(memory_module, "_PROC_STATUS", str(status))
+    monkeypatch.setattr(memory_module, "_fds", {})
+    assert memory_module._proc_status() == {"VmRSS": 1024 * 1024, "VmHWM": 2048 * 1024}
