@@ -22,6 +22,7 @@ NODE = {
     "children": DICT,
     "mode": STR,
     "level": LEVEL,
+    "idle": LEVEL,
 }
 
 

@@ -16,7 +16,7 @@ if not os.environ.get("INSTRUMENT_NO_EXTENSIONS"):
         speedups = importlib.import_module("instrument._speedups")
     except ImportError:  # pragma: no cover - depends on the build
         speedups = None
-if speedups is not None and not hasattr(speedups, "bind_stack"):
+if speedups is not None and not all(hasattr(speedups, n) for n in ("bind_stack", "take_tree")):
     # An extension built from an older _speedups.c: rebuild it (pip install, or
     # python setup.py build_ext --inplace); until then the pure-Python path runs.
     import warnings

@@ -150,6 +150,7 @@ typedef struct {
     PyObject *children;
     PyObject *mode;
     Py_ssize_t level;
+    Py_ssize_t idle; /* flushes in a row without a record (take_tree counts them) */
     int64_t count;
     unsigned __int128 total;
     int64_t min;
@@ -163,6 +164,12 @@ bucket_of(int64_t v)
 {
     if (v <= 0) {
         return 0;
+    }
+    if (v < ((int64_t)1 << 53)) { /* exact as a double: its exponent and top 3 mantissa bits */
+        int e = 63 - __builtin_clzll((unsigned long long)v);
+        int m = (int)((e >= 3 ? v >> (e - 3) : v << (3 - e)) & 7);
+        int b = (e << 3) + m + 1;
+        return b >= NBUCKETS ? NBUCKETS - 1 : b;
     }
     double d = (double)v;
     uint64_t bits;
@@ -265,65 +272,104 @@ bucket_mid(int b)
 
 static const double QUANTILES[3] = {0.5, 0.9, 0.99};
 
-/* The interval's summary, exactly as stats.Accumulator.summary() computes it. */
-static PyObject *
-node_summary(const NodeObject *n)
+/* One node's figures for one interval, taken out of it. */
+typedef struct {
+    int64_t count;
+    unsigned __int128 total;
+    unsigned __int128 sumsq;
+    int64_t min;
+    int64_t max;
+    double q[3]; /* QUANTILES, ns */
+} Taken;
+
+/* Take what `n` recorded (count > 0) into `t` and reset it: the quantiles come from the
+ * histogram, whose records all lie between the buckets of min and max, so only those
+ * buckets are read and cleared. No Python call: one indivisible step under the GIL. */
+static void
+node_take_into(NodeObject *n, Taken *t)
 {
     int64_t count = n->count;
-    double mean, variance = 0.0, q[3];
+    double lo = (double)n->min, hi = (double)n->max;
+    int first = bucket_of(n->min), last = bucket_of(n->max), b = first;
+    uint64_t seen = 0;
+    for (int i = 0; i < 3; i++) {
+        double rank = QUANTILES[i] * (double)count;
+        while ((double)seen < rank && b <= last) {
+            seen += n->hist[b++];
+        }
+        if ((double)seen < rank) {
+            t->q[i] = hi;
+            continue;
+        }
+        double mid = bucket_mid(b - 1);
+        t->q[i] = mid < lo ? lo : (mid > hi ? hi : mid);
+    }
+    t->count = count;
+    t->total = n->total;
+    t->sumsq = n->sumsq;
+    t->min = n->min;
+    t->max = n->max;
+    memset(&n->hist[first], 0, (size_t)(last - first + 1) * sizeof n->hist[0]);
+    n->count = n->min = n->max = 0;
+    n->total = n->sumsq = 0;
+}
+
+/* mean, min, max, std, p50, p90, p99 in seconds, exactly as stats.Accumulator.summary()
+ * computes them (integer sums, correctly rounded ratios). */
+static int
+taken_figures(const Taken *t, double out[7])
+{
+    int64_t count = t->count;
+    double mean, variance = 0.0;
     unsigned __int128 c = (unsigned __int128)count, num;
-    if (exact_ratio(n->total, c, &mean) < 0) {
-        return NULL;
+    if (exact_ratio(t->total, c, &mean) < 0) {
+        return -1;
     }
     /* count * sumsq - total^2 >= 0 (Cauchy-Schwarz); Python ints when it would overflow */
-    if (!__builtin_mul_overflow(c, n->sumsq, &num) && n->total < ((unsigned __int128)1 << 64)) {
-        num -= n->total * n->total;
+    if (!__builtin_mul_overflow(c, t->sumsq, &num) && t->total < ((unsigned __int128)1 << 64)) {
+        num -= t->total * t->total;
         if (exact_ratio(num, c * c, &variance) < 0) {
-            return NULL;
+            return -1;
         }
     }
     else {
-        PyObject *cl = PyLong_FromLongLong(count), *s = u128_to_long(n->sumsq);
-        PyObject *t = u128_to_long(n->total), *a = NULL, *b = NULL, *d = NULL, *v = NULL;
-        if (cl && s && t && (a = PyNumber_Multiply(cl, s)) && (b = PyNumber_Multiply(t, t)) &&
+        PyObject *cl = PyLong_FromLongLong(count), *s = u128_to_long(t->sumsq);
+        PyObject *tt = u128_to_long(t->total), *a = NULL, *b = NULL, *d = NULL, *v = NULL;
+        if (cl && s && tt && (a = PyNumber_Multiply(cl, s)) && (b = PyNumber_Multiply(tt, tt)) &&
             (d = PyNumber_Subtract(a, b))) {
             Py_SETREF(a, PyNumber_Multiply(cl, cl));
             v = a ? PyNumber_TrueDivide(d, a) : NULL;
         }
         Py_XDECREF(cl);
         Py_XDECREF(s);
-        Py_XDECREF(t);
+        Py_XDECREF(tt);
         Py_XDECREF(a);
         Py_XDECREF(b);
         Py_XDECREF(d);
         if (v == NULL) {
-            return NULL;
+            return -1;
         }
         variance = PyFloat_AsDouble(v);
         Py_DECREF(v);
     }
-    double lo = (double)n->min, hi = (double)n->max;
-    int b = 0;
-    uint64_t seen = 0;
-    for (int i = 0; i < 3; i++) {
-        double rank = QUANTILES[i] * (double)count;
-        while ((double)seen < rank && b < NBUCKETS) {
-            seen += n->hist[b++];
-        }
-        if ((double)seen < rank) {
-            q[i] = hi;
-            continue;
-        }
-        double mid = bucket_mid(b - 1);
-        q[i] = mid < lo ? lo : (mid > hi ? hi : mid);
+    out[0] = mean / 1e9;
+    out[1] = (double)t->min / 1e9;
+    out[2] = (double)t->max / 1e9;
+    out[3] = sqrt(variance > 0.0 ? variance : 0.0) / 1e9;
+    out[4] = t->q[0] / 1e9;
+    out[5] = t->q[1] / 1e9;
+    out[6] = t->q[2] / 1e9;
+    return 0;
+}
+
+/* A Python int of a 128-bit total, without the shifts when it fits 64 bits. */
+static PyObject *
+total_to_long(unsigned __int128 x)
+{
+    if (x >> 64 == 0) {
+        return PyLong_FromUnsignedLongLong((unsigned long long)x);
     }
-    PyObject *total = u128_to_long(n->total);
-    if (total == NULL) {
-        return NULL;
-    }
-    return Py_BuildValue("(LNddddddd)", (long long)count, total, mean / 1e9, lo / 1e9,
-                         hi / 1e9, sqrt(variance > 0.0 ? variance : 0.0) / 1e9, q[0] / 1e9,
-                         q[1] / 1e9, q[2] / 1e9);
+    return u128_to_long(x);
 }
 
 static PyObject *
@@ -332,16 +378,18 @@ Node_take(NodeObject *self, PyObject *Py_UNUSED(ignored))
     if (self->count == 0) {
         Py_RETURN_NONE;
     }
-    /* Copy first: building Python objects may run other threads (GIL switches). */
-    NodeObject snap;
-    snap.count = self->count;
-    snap.total = self->total;
-    snap.min = self->min;
-    snap.max = self->max;
-    snap.sumsq = self->sumsq;
-    memcpy(snap.hist, self->hist, sizeof snap.hist);
-    node_reset(self);
-    return node_summary(&snap);
+    Taken t;
+    double f[7];
+    node_take_into(self, &t);
+    if (taken_figures(&t, f) < 0) {
+        return NULL;
+    }
+    PyObject *total = total_to_long(t.total);
+    if (total == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("(LNddddddd)", (long long)t.count, total, f[0], f[1], f[2], f[3], f[4],
+                         f[5], f[6]);
 }
 
 static PyObject *
@@ -411,12 +459,13 @@ static const FieldSpec node_fields[] = {
     {"path node", "children", offsetof(NodeObject, children), F_DICT},
     {"path node", "mode", offsetof(NodeObject, mode), F_STR},
     {"path node", "level", offsetof(NodeObject, level), F_LEVEL},
+    {"path node", "idle", offsetof(NodeObject, idle), F_LEVEL},
 };
 
 static PyGetSetDef Node_getset[] = {
     FIELD_GETSET(node_fields[0]), FIELD_GETSET(node_fields[1]), FIELD_GETSET(node_fields[2]),
     FIELD_GETSET(node_fields[3]), FIELD_GETSET(node_fields[4]), LEVEL_GETSET(node_fields[5]),
-    {NULL, NULL, NULL, NULL, NULL},
+    LEVEL_GETSET(node_fields[6]), {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyTypeObject NodeType = {
@@ -433,13 +482,321 @@ static PyTypeObject NodeType = {
     .tp_getset = Node_getset,
 };
 
+/* -- take_tree: a flush's walk of the path tree ------------------------------------------
+ * take_tree(root, idle_limit, keep, concurrent) does in one pass what registry.collect()
+ * needs of every path (registry._take_tree is the same in Python): take each node's
+ * interval figures (node_take_into), count idle flushes, release the idle leaves nothing
+ * else holds, and return the nodes with records (or in `keep`) as columns, in tree order
+ * (parents first, siblings by creation). Phases: walk and check (no change and no Python
+ * object made, so no other code runs and the children dicts cannot change under it), take
+ * (no Python call either: every node is taken in one indivisible step), build the columns,
+ * release. The caller (registry.collect) holds the registry lock. */
+
+typedef struct {
+    NodeObject *node;        /* strong reference */
+    Py_ssize_t parent;       /* walk index of the parent; -1 below the root */
+    Py_ssize_t reach;        /* the highest level of the node and its ancestors */
+    Py_ssize_t row;          /* output row; -1: left out */
+    Py_ssize_t released;     /* children released in this pass (each holds a reference) */
+    Taken taken;
+} TreeItem;
+
+typedef struct {
+    PyObject *children;
+    Py_ssize_t pos;
+    Py_ssize_t index; /* walk index of the node owning `children` */
+} TreeLevel;
+
+static int
+grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t size)
+{
+    if (need <= *cap) {
+        return 0;
+    }
+    Py_ssize_t n = *cap ? *cap : 64;
+    while (n < need) {
+        n *= 2;
+    }
+    void *p = PyMem_Realloc(*buf, (size_t)n * size);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+/* Deeper than this, a tree is a cycle (a node among its own descendants). */
+#define MAX_WALK_DEPTH (1 << 16)
+
+/* Every node below root, preorder, each with a strong reference; -1 on a child that is
+ * not a path node, a node without its fields, or a cycle. */
+static int
+walk_tree(NodeObject *root, TreeItem **items, Py_ssize_t *count)
+{
+    TreeLevel *stack = NULL;
+    Py_ssize_t depth = 0, stack_cap = 0, cap = 0, n = 0;
+    int rc = -1;
+    if (root->children == NULL) {
+        *count = 0;
+        return 0;
+    }
+    if (grow((void **)&stack, &stack_cap, 1, sizeof *stack) < 0) {
+        return -1;
+    }
+    stack[depth++] = (TreeLevel){root->children, 0, -1};
+    while (depth > 0) {
+        TreeLevel *top = &stack[depth - 1];
+        PyObject *key, *value;
+        if (!PyDict_Next(top->children, &top->pos, &key, &value)) {
+            depth--;
+            continue;
+        }
+        if (!PyObject_TypeCheck(value, &NodeType)) {
+            PyErr_Format(PyExc_TypeError,
+                         "take_tree: a path node's children must be path nodes, got %R under "
+                         "the key %R",
+                         value, key);
+            goto done;
+        }
+        NodeObject *node = (NodeObject *)value;
+        if (node->path == NULL || node->mode == NULL || node->children == NULL) {
+            PyErr_SetString(PyExc_TypeError,
+                            "take_tree: a path node without its path, mode or children");
+            goto done;
+        }
+        if (grow((void **)items, &cap, n + 1, sizeof **items) < 0) {
+            goto done;
+        }
+        Py_ssize_t parent = top->index;
+        Py_ssize_t reach = parent < 0 ? 0 : (*items)[parent].reach;
+        Py_INCREF(node);
+        (*items)[n] = (TreeItem){node, parent, node->level > reach ? node->level : reach, -1, 0};
+        if (PyDict_GET_SIZE(node->children) > 0) {
+            if (depth >= MAX_WALK_DEPTH) {
+                PyErr_Format(PyExc_ValueError,
+                             "take_tree: the path tree is deeper than %d nodes below %R (a "
+                             "node among its own children?)",
+                             MAX_WALK_DEPTH, key);
+                n++;
+                goto done;
+            }
+            if (grow((void **)&stack, &stack_cap, depth + 1, sizeof *stack) < 0) {
+                n++;
+                goto done;
+            }
+            stack[depth++] = (TreeLevel){node->children, 0, n};
+        }
+        n++;
+    }
+    rc = 0;
+done:
+    PyMem_Free(stack);
+    *count = n;
+    return rc;
+}
+
+/* Release the idle leaves (idle >= idle_limit, no children) that nothing but their
+ * parent's children dict holds, children before parents; returns how many, -1 on error. */
+static Py_ssize_t
+release_idle(TreeItem *items, Py_ssize_t n, Py_ssize_t idle_limit, PyObject *concurrent)
+{
+    Py_ssize_t released = 0;
+    for (Py_ssize_t k = n - 1; k >= 0; k--) {
+        NodeObject *node = items[k].node;
+        if (node->idle < idle_limit || PyDict_GET_SIZE(node->children) > 0 ||
+            node->parent == NULL || node->parent == Py_None || node->name == NULL) {
+            continue;
+        }
+        int in_concurrent = 0;
+        if (concurrent != NULL && (in_concurrent = PySet_Contains(concurrent, (PyObject *)node)) < 0) {
+            return -1;
+        }
+        /* the parent's dict, items[k], the concurrent set, released children's parent */
+        if (Py_REFCNT(node) > 2 + in_concurrent + items[k].released) {
+            continue;
+        }
+        PyObject *siblings = ((NodeObject *)node->parent)->children;
+        if (siblings == NULL || PyDict_GetItemWithError(siblings, node->name) != (PyObject *)node) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        if (PyDict_DelItem(siblings, node->name) < 0 ||
+            (in_concurrent && PySet_Discard(concurrent, (PyObject *)node) < 0)) {
+            return -1;
+        }
+        Py_ssize_t parent = items[k].parent;
+        if (parent >= 0 && (PyObject *)items[parent].node == node->parent) {
+            items[parent].released++;
+        }
+        released++;
+    }
+    return released;
+}
+
+static PyObject *
+take_tree(PyObject *module, PyObject *args)
+{
+    PyObject *root, *keep, *concurrent;
+    Py_ssize_t idle_limit;
+    if (!PyArg_ParseTuple(args, "O!nOO:take_tree", &NodeType, &root, &idle_limit, &keep,
+                          &concurrent)) {
+        return NULL;
+    }
+    if (keep != Py_None && !PyAnySet_Check(keep)) {
+        return PyErr_Format(PyExc_TypeError, "take_tree: keep must be a set or None, got %R",
+                            keep);
+    }
+    if (concurrent != Py_None && !PySet_Check(concurrent)) {
+        return PyErr_Format(PyExc_TypeError,
+                            "take_tree: concurrent must be a set or None, got %R", concurrent);
+    }
+    keep = keep == Py_None ? NULL : keep;
+    concurrent = concurrent == Py_None ? NULL : concurrent;
+    TreeItem *items = NULL;
+    double *figures = NULL;
+    int64_t *links = NULL;
+    Py_ssize_t n = 0, rows = 0, released = 0;
+    long long regions = 0;
+    PyObject *out = NULL, *lists[5] = {NULL, NULL, NULL, NULL, NULL}, *fig = NULL, *lnk = NULL;
+    if (walk_tree((NodeObject *)root, &items, &n) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) { /* take: no Python call until every node is taken */
+        NodeObject *node = items[k].node;
+        if (node->count > 0) {
+            node_take_into(node, &items[k].taken);
+            node->idle = 0;
+            items[k].row = rows++;
+            regions += items[k].taken.count;
+        }
+        else {
+            items[k].taken.count = 0;
+            if (node->idle < PY_SSIZE_T_MAX) {
+                node->idle++;
+            }
+        }
+    }
+    for (Py_ssize_t k = 0; keep != NULL && k < n; k++) {
+        if (items[k].row < 0) {
+            int found = PySet_Contains(keep, (PyObject *)items[k].node);
+            if (found < 0) {
+                goto done;
+            }
+            items[k].row = found ? 0 : -1; /* numbered below */
+        }
+    }
+    if (keep != NULL) { /* rows in tree order again, now with the kept nodes */
+        rows = 0;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (items[k].row >= 0) {
+                items[k].row = rows++;
+            }
+        }
+    }
+    figures = PyMem_Calloc((size_t)(rows ? rows : 1), 7 * sizeof(double));
+    links = PyMem_Calloc((size_t)(rows ? rows : 1), 3 * sizeof(int64_t));
+    if (figures == NULL || links == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < 5; i++) {
+        if ((lists[i] = PyList_New(rows)) == NULL) {
+            goto done;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        TreeItem *it = &items[k];
+        Py_ssize_t r = it->row;
+        if (r < 0) {
+            continue;
+        }
+        if (it->taken.count > 0 && taken_figures(&it->taken, &figures[7 * r]) < 0) {
+            goto done;
+        }
+        PyObject *count = PyLong_FromLongLong(it->taken.count);
+        PyObject *total = count ? total_to_long(it->taken.total) : NULL;
+        if (total == NULL) {
+            Py_XDECREF(count);
+            goto done;
+        }
+        NodeObject *node = it->node;
+        Py_INCREF(node);
+        Py_INCREF(node->path);
+        Py_INCREF(node->mode);
+        PyList_SET_ITEM(lists[0], r, (PyObject *)node);
+        PyList_SET_ITEM(lists[1], r, node->path);
+        PyList_SET_ITEM(lists[2], r, node->mode);
+        PyList_SET_ITEM(lists[3], r, count);
+        PyList_SET_ITEM(lists[4], r, total);
+        links[3 * r] = it->parent < 0 ? -1 : items[it->parent].row;
+        links[3 * r + 1] = node->level;
+        links[3 * r + 2] = it->reach;
+    }
+    released = release_idle(items, n, idle_limit, concurrent);
+    if (released < 0) {
+        goto done;
+    }
+    fig = PyBytes_FromStringAndSize((const char *)figures, (Py_ssize_t)(rows * 7 * sizeof(double)));
+    lnk = fig ? PyBytes_FromStringAndSize((const char *)links,
+                                          (Py_ssize_t)(rows * 3 * sizeof(int64_t)))
+              : NULL;
+    if (lnk != NULL) {
+        out = Py_BuildValue("(OOOOOOOLn)", lists[0], lists[1], lists[2], lists[3], lists[4], fig,
+                            lnk, regions, released);
+    }
+done:
+    for (int i = 0; i < 5; i++) {
+        Py_XDECREF(lists[i]);
+    }
+    Py_XDECREF(fig);
+    Py_XDECREF(lnk);
+    PyMem_Free(figures);
+    PyMem_Free(links);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_DECREF(items[k].node);
+    }
+    PyMem_Free(items);
+    return out;
+}
+/* -- end of take_tree ------------------------------------------------------------------ */
+
 /* A region frame is (node, t0, parent frame, owner, event): whatever Python code put in the
  * context variable or passed to set_top() is checked before its items are read. */
+static PyTypeObject *node_types_seen[4]; /* NodeBase subclasses seen (strong, kept) */
+
+/* PyObject_TypeCheck(o, &NodeType), remembering a few subclasses (PathNode) so that the
+ * hot path compares pointers instead of walking the MRO. */
+static inline int
+is_node(PyObject *o)
+{
+    PyTypeObject *t = Py_TYPE(o);
+    if (t == &NodeType || t == node_types_seen[0] || t == node_types_seen[1]) {
+        return 1;
+    }
+    if (!PyType_IsSubtype(t, &NodeType)) {
+        return 0;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (node_types_seen[i] == t) {
+            return 1;
+        }
+        if (node_types_seen[i] == NULL) {
+            Py_INCREF(t);
+            node_types_seen[i] = t;
+            return 1;
+        }
+    }
+    return 1;
+}
+
 static inline int
 is_frame(PyObject *f)
 {
-    return PyTuple_CheckExact(f) && PyTuple_GET_SIZE(f) == 5 &&
-           PyObject_TypeCheck(PyTuple_GET_ITEM(f, 0), &NodeType) &&
+    return PyTuple_CheckExact(f) && PyTuple_GET_SIZE(f) == 5 && is_node(PyTuple_GET_ITEM(f, 0)) &&
            ((NodeObject *)PyTuple_GET_ITEM(f, 0))->children != NULL;
 }
 
@@ -517,8 +874,18 @@ typedef struct { /* PyHamtNode_Collision: key/value pairs of one hash */
     PyObject *c_array[1];
 } HamtCollision;
 
+typedef struct { /* the leading fields of CPython's PyContextVar (3.10 to 3.13) */
+    PyObject_HEAD
+    PyObject *var_name;
+    PyObject *var_default;
+    PyObject *var_cached; /* the value last read, valid for (thread id, context version) */
+    uint64_t var_cached_tsid;
+    uint64_t var_cached_tsver;
+} VarHead;
+
 static PyTypeObject *hamt_type, *bitmap_type, *array_type, *collision_type;
 static int32_t frame_var_hash; /* the frame variable's hash as the HAMT folds it */
+static Py_ssize_t root_slot = 0; /* where the variable was last found in a root bitmap node */
 static int holders_on = 0;     /* probe_layout() passed: frames live in stack holders */
 
 static int
@@ -593,11 +960,21 @@ hamt_node_kind(PyObject *node)
     return NULL;
 }
 
+/* The number of bits set (inline: without -mpopcnt, __builtin_popcount is a libgcc call). */
+static inline uint32_t
+popcount32(uint32_t x)
+{
+    x = x - ((x >> 1) & 0x55555555u);
+    x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+    x = (x + (x >> 4)) & 0x0f0f0f0fu;
+    return (x * 0x01010101u) >> 24;
+}
+
 /* True if `ctx` is the only context whose variables reach `holder`: the HAMT object and
  * every node from its root down to the holder are referenced once, and the holder once by
  * its node plus `extra` references held by the caller. Any copy of the context (shared
  * HAMT), or a mapping derived from one (sharing a node on the way), makes it false. */
-static int
+static inline int
 holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
 {
     PyObject *vars = ((ContextHead *)ctx)->ctx_vars;
@@ -605,6 +982,13 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
         return 0;
     }
     PyObject *node = ((HamtHead *)vars)->h_root;
+    /* the usual case first: the variable is a key of the root, at the slot it had last time
+     * (what the slot holds now is read, so a stale slot number only means the walk below) */
+    if (node != NULL && Py_TYPE(node) == bitmap_type && Py_REFCNT(node) == 1 &&
+        root_slot < Py_SIZE(node) && ((HamtBitmap *)node)->b_array[root_slot] == frame_var) {
+        return ((HamtBitmap *)node)->b_array[root_slot + 1] == holder &&
+               Py_REFCNT(holder) == 1 + extra;
+    }
     for (uint32_t shift = 0; node != NULL && shift < 35; shift += 5) {
         if (Py_REFCNT(node) != 1) {
             return 0;
@@ -617,10 +1001,13 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
             if (!(b->b_bitmap & bit)) {
                 return 0;
             }
-            uint32_t i = 2 * (uint32_t)__builtin_popcount(b->b_bitmap & (bit - 1));
+            uint32_t i = 2 * popcount32(b->b_bitmap & (bit - 1));
             if (b->b_array[i] == NULL) {
                 node = b->b_array[i + 1];
                 continue;
+            }
+            if (shift == 0) {
+                root_slot = (Py_ssize_t)i;
             }
             return b->b_array[i] == frame_var && b->b_array[i + 1] == holder &&
                    Py_REFCNT(holder) == 1 + extra;
@@ -644,10 +1031,19 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
 
 /* frames._get, keeping what the variable holds: a new reference to the innermost frame of
  * this context, and in *value a new reference to the variable's value (a holder or a frame),
- * for top_swap(). */
-static PyObject *
-top_read(PyObject **value)
+ * for top_swap(). `ts`: this thread's state (PyThreadState_Get(), read once per call). */
+static inline PyObject *
+top_read(PyThreadState *ts, PyObject **value)
 {
+#if CONTEXT_LAYOUT_KNOWN
+    VarHead *var = (VarHead *)frame_var;
+    if (holders_on && ts->context != NULL && var->var_cached != NULL &&
+        var->var_cached_tsid == ts->id && var->var_cached_tsver == ts->context_ver) {
+        *value = var->var_cached; /* PyContextVar_Get's own cache, read inline */
+        Py_INCREF(*value);
+    }
+    else
+#endif
     if (PyContextVar_Get(frame_var, NULL, value) < 0) {
         *value = NULL;
         return NULL;
@@ -664,7 +1060,7 @@ top_read(PyObject **value)
 static PyObject *
 top_get(void)
 {
-    PyObject *value, *top = top_read(&value);
+    PyObject *value, *top = top_read(PyThreadState_Get(), &value);
     Py_XDECREF(value);
     return top;
 }
@@ -672,10 +1068,10 @@ top_get(void)
 /* frames._set, given what the variable held (`value`, from top_read, still referenced by
  * the caller): make `frame` the innermost frame of this context -- in place when this
  * context's holder is exclusive, else by setting the variable (a fresh holder). */
-static int
-top_swap(PyObject *value, PyObject *frame)
+static inline int
+top_swap(PyThreadState *ts, PyObject *value, PyObject *frame)
 {
-    PyObject *ctx = PyThreadState_Get()->context;
+    PyObject *ctx = ts->context;
     if (holders_on && Py_IS_TYPE(value, &StackType) && ((StackObject *)value)->owner == ctx &&
         ctx != NULL && holder_is_exclusive(ctx, value, 1)) {
         Py_INCREF(frame);
@@ -694,7 +1090,7 @@ top_swap(PyObject *value, PyObject *frame)
         PyObject_GC_Track(fresh);
         token = PyContextVar_Set(frame_var, (PyObject *)fresh);
         if (token != NULL) {
-            ctx = PyThreadState_Get()->context; /* exists now, if it did not before */
+            ctx = ts->context; /* exists now, if it did not before */
             Py_XINCREF(ctx);
             fresh->owner = ctx;
         }
@@ -718,7 +1114,7 @@ top_set(PyObject *frame)
     if (PyContextVar_Get(frame_var, NULL, &value) < 0) {
         return -1;
     }
-    int rc = top_swap(value, frame);
+    int rc = top_swap(PyThreadState_Get(), value, frame);
     Py_DECREF(value);
     return rc;
 }
@@ -742,6 +1138,26 @@ set_top(PyObject *module, PyObject *frame)
         return NULL;
     }
     Py_RETURN_NONE;
+}
+
+/* PyContextVar_Get fills the variable's cache as VarHead says (top_read reads it). */
+static int
+var_cache_confirmed(StackObject *probe)
+{
+    PyObject *got = NULL;
+    if (PyContextVar_Get(frame_var, NULL, &got) < 0 || got != (PyObject *)probe) {
+        Py_XDECREF(got);
+        return 0;
+    }
+    Py_DECREF(got);
+#if CONTEXT_LAYOUT_KNOWN
+    PyThreadState *ts = PyThreadState_Get();
+    VarHead *var = (VarHead *)frame_var;
+    return var->var_cached == (PyObject *)probe && var->var_cached_tsid == ts->id &&
+           var->var_cached_tsver == ts->context_ver;
+#else
+    return 0;
+#endif
 }
 
 /* Confirm the layout read above on this interpreter, in a fresh context: a holder set
@@ -769,7 +1185,7 @@ layout_confirmed(void)
         if (token != NULL && vars != NULL && strcmp(Py_TYPE(vars)->tp_name, "hamt") == 0) {
             hamt_type = Py_TYPE(vars);
             Py_CLEAR(token); /* a token holds the previous value only; released */
-            ok = holder_is_exclusive(ctx, (PyObject *)probe, 1);
+            ok = holder_is_exclusive(ctx, (PyObject *)probe, 1) && var_cache_confirmed(probe);
             copy = ok ? PyContext_CopyCurrent() : NULL;
             ok = ok && copy != NULL && !holder_is_exclusive(ctx, (PyObject *)probe, 1);
         }
@@ -800,15 +1216,50 @@ use_holders(PyObject *module, PyObject *Py_UNUSED(ignored))
 
 /* -- regions --------------------------------------------------------------------------- */
 
+/* CpuRegion's and SkippedRegion's __enter__ / __exit__ (see "bound once" below) */
+enum { M_CPU_ENTER, M_CPU_EXIT, M_SKIP_ENTER, M_SKIP_EXIT, N_METHODS };
+
 typedef struct {
     PyObject_HEAD
     PyObject *name;
     PyObject *clock;
     PyObject *now;
     Py_ssize_t level;
+    PyObject *bound[N_METHODS]; /* its methods bound once, made on first lookup */
+    /* the child node last found for this region: cache_child (borrowed) is
+     * children[cache_name] of the children dict whose version tag is cache_version; a dict's
+     * version tag changes on every change and is never reused, by that or any other dict */
+    PyObject *cache_name;
+    PyObject *cache_child;
+    uint64_t cache_version; /* 0: nothing cached */
 } RegionObject;
 
 static PyTypeObject RegionType;
+
+/* A dict's version tag (PEP 509) where CPython keeps one (to 3.13); 0 elsewhere, which
+ * turns the lookup caches off. */
+#if PY_VERSION_HEX < 0x030E0000
+#define HAVE_DICT_VERSION 1
+static inline uint64_t
+dict_version(PyObject *d)
+{
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+    return ((PyDictObject *)d)->ma_version_tag;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+}
+#else
+#define HAVE_DICT_VERSION 0
+static inline uint64_t
+dict_version(PyObject *d)
+{
+    return 0;
+}
+#endif
 
 /* -1 with AttributeError (as for an unset __slots__ field) if __init__ never ran; the
  * field named is the one the Python code would read first (enter: name, exit: _now). */
@@ -835,6 +1286,16 @@ exit_arity(Py_ssize_t nargs)
     return -1;
 }
 
+static int
+enter_arity(Py_ssize_t nargs)
+{
+    if (nargs == 0) {
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "__enter__() takes no arguments, got %zd", nargs);
+    return -1;
+}
+
 static inline int
 read_now(PyObject *now, int64_t *out)
 {
@@ -857,85 +1318,261 @@ read_now(PyObject *now, int64_t *out)
     return 0;
 }
 
-/* regions/region.py's Region._open for the host clock (CpuRegion.__enter__): open a frame
- * for `self` in this context. On success returns 0 and new references to the parent frame
- * and the node, and the start time. */
-static int
-open_cpu(RegionObject *self, PyObject **parent_out, NodeObject **node_out, int64_t *t0)
+/* -- frames: start times and spare frames ----------------------------------------------
+ * A frame's start time is a Python int (frames are the tuples frames.py describes). A
+ * frame that nothing references any more once it is closed -- nor its start time -- is
+ * kept as a spare (up to SPARE_FRAMES) and refilled by the next enter: its int is set to
+ * the new start time in place when it has as many digits (no other reference exists, so
+ * no one can see it change), which saves allocating and freeing a tuple and an int per
+ * region. A spare holds None in place of its node and parent and an empty list in place
+ * of its owner, so it keeps nothing alive, is harmless where gc.get_objects() shows it, and
+ * stays tracked by the garbage collector (which untracks a tuple holding only untracked
+ * objects; a frame is always tracked). Off from 3.14, whose reference counts no longer say
+ * "no other reference". */
+
+#if PY_VERSION_HEX < 0x030E0000
+#define SPARE_FRAMES 16
+#else
+#define SPARE_FRAMES 0
+#endif
+
+#if PY_VERSION_HEX < 0x030C0000
+#define LONG_DIGITS(o) (((PyLongObject *)(o))->ob_digit)
+#else
+#define LONG_DIGITS(o) (((PyLongObject *)(o))->long_value.ob_digit)
+#endif
+
+/* The number of digits of a positive int as CPython stores it, or -1 if it is not positive
+ * (or, from 3.14, not known). */
+static inline Py_ssize_t
+long_positive_size(PyObject *o)
 {
-    if (region_unset(self, 0) < 0) {
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t size = Py_SIZE(o);
+    return size > 0 ? size : -1;
+#elif SPARE_FRAMES
+    uintptr_t tag = ((PyLongObject *)o)->long_value.lv_tag;
+    return (tag & 3) == 0 ? (Py_ssize_t)(tag >> 3) : -1; /* sign bits 0: positive */
+#else
+    return -1;
+#endif
+}
+
+/* The value of the int `o` (a frame's start time) in *out; 0, or -1 with an exception. */
+static inline int
+long_read(PyObject *o, int64_t *out)
+{
+    if (PyLong_CheckExact(o) && long_positive_size(o) == 2) {
+        *out = (int64_t)LONG_DIGITS(o)[0] | ((int64_t)LONG_DIGITS(o)[1] << PyLong_SHIFT);
+        return 0;
+    }
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
         return -1;
     }
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* Set the int `o`, referenced by a spare frame only, to v in place; -1 (nothing changed)
+ * unless v > 0 has exactly as many digits as `o`. */
+static inline int
+long_reuse(PyObject *o, int64_t v)
+{
+    if (v <= 0) {
+        return -1;
+    }
+    int bits = 64 - __builtin_clzll((unsigned long long)v);
+    Py_ssize_t n = (bits + PyLong_SHIFT - 1) / PyLong_SHIFT;
+    if (long_positive_size(o) != n) {
+        return -1;
+    }
+    digit *d = LONG_DIGITS(o);
+    for (uint64_t u = (uint64_t)v; u != 0; u >>= PyLong_SHIFT) {
+        *d++ = (digit)(u & PyLong_MASK);
+    }
+    return 0;
+}
+
+/* Put `item` (a reference taken over) in place of the item `i` of the frame being built:
+ * None in a spare, NULL in a new tuple. */
+static inline void
+frame_put(PyObject *frame, Py_ssize_t i, PyObject *item)
+{
+    PyObject *old = PyTuple_GET_ITEM(frame, i);
+    PyTuple_SET_ITEM(frame, i, item);
+    Py_XDECREF(old);
+}
+
+static PyObject *spare_frames[SPARE_FRAMES > 0 ? SPARE_FRAMES : 1];
+static PyObject *spare_marker = NULL; /* a spare's owner: an empty list (module init) */
+static int n_spare = 0;
+
+/* A new frame (node, t0, parent, owner, None): a spare refilled, or a new tuple. Takes
+ * over the references to `node` and `parent`, also on failure (NULL). */
+static PyObject *
+frame_make(PyObject *node, int64_t t0, PyObject *parent, PyObject *owner)
+{
+    PyObject *frame;
+    if (n_spare > 0) {
+        frame = spare_frames[--n_spare];
+        PyObject *old = PyTuple_GET_ITEM(frame, 1);
+        if (long_reuse(old, t0) < 0) {
+            PyObject *t = PyLong_FromLongLong(t0);
+            if (t == NULL) {
+                spare_frames[n_spare++] = frame;
+                Py_DECREF(node);
+                Py_DECREF(parent);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(frame, 1, t);
+            Py_DECREF(old);
+        }
+    }
+    else {
+        PyObject *t = PyLong_FromLongLong(t0);
+        frame = t == NULL ? NULL : PyTuple_New(5);
+        if (frame == NULL) {
+            Py_XDECREF(t);
+            Py_DECREF(node);
+            Py_DECREF(parent);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(frame, 1, t);
+        Py_INCREF(Py_None);
+        PyTuple_SET_ITEM(frame, 4, Py_None);
+    }
+    Py_INCREF(owner);
+    frame_put(frame, 0, node);
+    frame_put(frame, 2, parent);
+    frame_put(frame, 3, owner);
+    return frame;
+}
+
+/* Release our reference to a closed frame: kept as a spare when it was the last one to
+ * the frame and to its start time. */
+static inline void
+frame_release(PyObject *frame)
+{
+#if SPARE_FRAMES
+    if (Py_REFCNT(frame) == 1 && n_spare < SPARE_FRAMES && spare_marker != NULL &&
+        PyTuple_CheckExact(frame) &&
+        PyTuple_GET_SIZE(frame) == 5 && PyTuple_GET_ITEM(frame, 4) == Py_None) {
+        PyObject *t = PyTuple_GET_ITEM(frame, 1);
+        if (t != NULL && PyLong_CheckExact(t) && Py_REFCNT(t) == 1) {
+            PyObject *node = PyTuple_GET_ITEM(frame, 0), *parent = PyTuple_GET_ITEM(frame, 2);
+            PyObject *owner = PyTuple_GET_ITEM(frame, 3);
+            Py_INCREF(Py_None);
+            Py_INCREF(Py_None);
+            Py_INCREF(spare_marker);
+            PyTuple_SET_ITEM(frame, 0, Py_None);
+            PyTuple_SET_ITEM(frame, 2, Py_None);
+            PyTuple_SET_ITEM(frame, 3, spare_marker);
+            spare_frames[n_spare++] = frame;
+            Py_DECREF(node); /* may free objects: the spare is consistent already */
+            Py_DECREF(parent);
+            Py_DECREF(owner);
+            return;
+        }
+    }
+#endif
+    Py_DECREF(frame);
+}
+
+/* The child node named like `self` under `pnode` (a new reference), made by pnode.child()
+ * when missing (regions/region.py's Region._open). */
+static PyObject *
+child_of(RegionObject *self, NodeObject *pnode)
+{
+    PyObject *children = pnode->children;
+    uint64_t version = HAVE_DICT_VERSION ? dict_version(children) : 0;
+    if (version != 0 && version == self->cache_version && self->name == self->cache_name) {
+        Py_INCREF(self->cache_child);
+        return self->cache_child;
+    }
+    PyObject *node = PyDict_GetItemWithError(children, self->name);
+    if (node != NULL) {
+        Py_INCREF(node);
+        if (version != 0 && PyUnicode_CheckExact(self->name) &&
+            is_node(node)) {
+            Py_INCREF(self->name);
+            Py_XSETREF(self->cache_name, self->name);
+            self->cache_child = node;
+            self->cache_version = version;
+        }
+    }
+    else {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        PyObject *level = PyLong_FromSsize_t(self->level);
+        node = level ? PyObject_CallMethodObjArgs((PyObject *)pnode, str_child, self->name,
+                                                  level, str_cpu, NULL)
+                     : NULL;
+        Py_XDECREF(level);
+        if (node == NULL) {
+            return NULL;
+        }
+    }
+    if (!is_node(node)) {
+        PyErr_SetString(PyExc_TypeError, "path node is not a NodeBase");
+        Py_DECREF(node);
+        return NULL;
+    }
+    return node;
+}
+
+/* regions/region.py's Region._open for the host clock (CpuRegion.__enter__): open a frame
+ * for `self` in this context. Returns a new reference to the frame (node, t0, parent,
+ * self, None) and its start time in *t0, or NULL. */
+static PyObject *
+open_cpu(RegionObject *self, int64_t *t0)
+{
+    if (region_unset(self, 0) < 0) {
+        return NULL;
+    }
     PyObject *held = NULL;
-    PyObject *parent = top_read(&held);
+    PyThreadState *ts = PyThreadState_Get(); /* this thread's, for the whole call */
+    PyObject *parent = top_read(ts, &held);
     if (parent == NULL || !is_frame(parent)) {
         Py_XDECREF(parent);
         Py_XDECREF(held);
         if (!PyErr_Occurred()) {
             malformed_frame();
         }
-        return -1;
+        return NULL;
     }
-    PyObject *pnode = PyTuple_GET_ITEM(parent, 0);
-    PyObject *node = PyDict_GetItemWithError(((NodeObject *)pnode)->children, self->name);
-    if (node != NULL) {
-        Py_INCREF(node);
+    PyObject *node = child_of(self, (NodeObject *)PyTuple_GET_ITEM(parent, 0));
+    if (node == NULL) {
+        Py_DECREF(parent);
+        Py_DECREF(held);
+        return NULL;
     }
-    else {
-        if (PyErr_Occurred()) {
-            Py_DECREF(parent);
-            Py_DECREF(held);
-            return -1;
-        }
-        PyObject *level = PyLong_FromSsize_t(self->level);
-        node = level ? PyObject_CallMethodObjArgs(pnode, str_child, self->name, level,
-                                                  str_cpu, NULL)
-                     : NULL;
-        Py_XDECREF(level);
-        if (node == NULL) {
-            Py_DECREF(parent);
-            Py_DECREF(held);
-            return -1;
-        }
-        if (!PyObject_TypeCheck(node, &NodeType)) {
-            PyErr_SetString(PyExc_TypeError, "path node is not a NodeBase");
-            Py_DECREF(node);
-            Py_DECREF(parent);
-            Py_DECREF(held);
-            return -1;
-        }
-    }
-    PyObject *t0obj = NULL, *frame = NULL;
-    int rc = -1;
-    if (read_now(self->now, t0) == 0 && (t0obj = PyLong_FromLongLong(*t0)) != NULL &&
-        (frame = PyTuple_Pack(5, node, t0obj, parent, (PyObject *)self, Py_None)) != NULL) {
-        rc = top_swap(held, frame); /* Python code may have run since top_read: re-checked */
-    }
-    Py_XDECREF(t0obj);
-    Py_XDECREF(frame);
-    Py_DECREF(held);
-    if (rc < 0) {
+    if (read_now(self->now, t0) < 0) {
         Py_DECREF(node);
         Py_DECREF(parent);
-        return -1;
+        Py_DECREF(held);
+        return NULL;
     }
-    *parent_out = parent;
-    *node_out = (NodeObject *)node;
-    return 0;
+    PyObject *frame = frame_make(node, *t0, parent, (PyObject *)self);
+    /* Python code may have run since top_read (a new child): top_swap re-checks */
+    if (frame != NULL && top_swap(ts, held, frame) < 0) {
+        Py_CLEAR(frame);
+    }
+    Py_DECREF(held);
+    return frame;
 }
 
 /* CpuRegion.__enter__ */
 static PyObject *
-Region_cpu_enter(RegionObject *self, PyObject *Py_UNUSED(ignored))
+Region_cpu_enter(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *parent;
-    NodeObject *node;
     int64_t t0;
-    if (check_bound() < 0 || open_cpu(self, &parent, &node, &t0) < 0) {
+    PyObject *frame;
+    if (enter_arity(nargs) < 0 || check_bound() < 0 || (frame = open_cpu(self, &t0)) == NULL) {
         return NULL;
     }
-    Py_DECREF(parent);
-    Py_DECREF(node);
+    Py_DECREF(frame); /* this context's stack holds it */
     Py_INCREF(self);
     return (PyObject *)self;
 }
@@ -974,7 +1611,8 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *held;
-    PyObject *frame = top_read(&held);
+    PyThreadState *ts = PyThreadState_Get();
+    PyObject *frame = top_read(ts, &held);
     if (frame == NULL) {
         return NULL;
     }
@@ -994,26 +1632,25 @@ Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(r);
         Py_RETURN_NONE;
     }
-    int rc = top_swap(held, PyTuple_GET_ITEM(frame, 2));
+    int rc = top_swap(ts, held, PyTuple_GET_ITEM(frame, 2));
     Py_DECREF(held);
-    if (rc < 0) {
+    int64_t t0;
+    if (rc < 0 || long_read(PyTuple_GET_ITEM(frame, 1), &t0) < 0) {
         Py_DECREF(frame);
         return NULL;
     }
-    long long t0 = PyLong_AsLongLong(PyTuple_GET_ITEM(frame, 1));
-    if (t0 == -1 && PyErr_Occurred()) {
-        Py_DECREF(frame);
-        return NULL;
-    }
-    node_add((NodeObject *)PyTuple_GET_ITEM(frame, 0), t1 - (int64_t)t0);
-    Py_DECREF(frame);
+    node_add((NodeObject *)PyTuple_GET_ITEM(frame, 0), t1 - t0);
+    frame_release(frame);
     Py_RETURN_NONE;
 }
 
 /* SkippedRegion.__enter__ */
 static PyObject *
-Region_skip_enter(RegionObject *self, PyObject *Py_UNUSED(ignored))
+Region_skip_enter(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (enter_arity(nargs) < 0) {
+        return NULL;
+    }
     Py_INCREF(self);
     return (PyObject *)self;
 }
@@ -1044,15 +1681,180 @@ Region_skip_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-static PyMethodDef Region_methods[] = {
-    {"_cpu_enter", (PyCFunction)Region_cpu_enter, METH_NOARGS, "Host-clock __enter__."},
-    {"_cpu_exit", (PyCFunction)(void (*)(void))Region_cpu_exit, METH_FASTCALL,
-     "Host-clock __exit__."},
-    {"_skip_enter", (PyCFunction)Region_skip_enter, METH_NOARGS, "Disabled __enter__."},
-    {"_skip_exit", (PyCFunction)(void (*)(void))Region_skip_exit, METH_FASTCALL,
-     "Disabled __exit__ (closes a frame opened before disable())."},
-    {NULL, NULL, 0, NULL},
+/* -- __enter__ / __exit__ bound once ----------------------------------------------------
+ * A `with` statement looks __enter__ and __exit__ up on the region's type and binds both
+ * to the region, every time: for a method, two new bound-method objects per `with`.
+ * CpuRegion's and SkippedRegion's __enter__/__exit__ are RegionMethod descriptors (the
+ * RegionBase attributes _cpu_enter, _cpu_exit, _skip_enter, _skip_exit), whose binding
+ * is one object per region and method, a builtin method made on the first lookup and kept
+ * by the region: a `with` then binds by taking a reference. Called unbound
+ * (CpuRegion.__enter__(region)) a descriptor takes the region as its first argument. */
+
+typedef PyObject *(*region_method)(RegionObject *, PyObject *const *, Py_ssize_t);
+
+static const struct {
+    const char *attr; /* the RegionBase attribute */
+    const char *name; /* the method it stands for */
+    region_method fn;
+} region_methods[N_METHODS] = {
+    [M_CPU_ENTER] = {"_cpu_enter", "__enter__", Region_cpu_enter},
+    [M_CPU_EXIT] = {"_cpu_exit", "__exit__", Region_cpu_exit},
+    [M_SKIP_ENTER] = {"_skip_enter", "__enter__", Region_skip_enter},
+    [M_SKIP_EXIT] = {"_skip_exit", "__exit__", Region_skip_exit},
 };
+
+typedef struct {
+    PyObject_HEAD
+    int kind;
+    vectorcallfunc vectorcall;
+} MethodObject;
+
+static PyTypeObject MethodType;
+
+/* What a descriptor binds to: a builtin method of the region (so that CPython's call of
+ * __exit__ takes its specialized path for builtins). */
+static PyMethodDef bound_defs[N_METHODS] = {
+    [M_CPU_ENTER] = {"__enter__", (PyCFunction)(void (*)(void))Region_cpu_enter, METH_FASTCALL,
+                     NULL},
+    [M_CPU_EXIT] = {"__exit__", (PyCFunction)(void (*)(void))Region_cpu_exit, METH_FASTCALL,
+                    NULL},
+    [M_SKIP_ENTER] = {"__enter__", (PyCFunction)(void (*)(void))Region_skip_enter,
+                      METH_FASTCALL, NULL},
+    [M_SKIP_EXIT] = {"__exit__", (PyCFunction)(void (*)(void))Region_skip_exit, METH_FASTCALL,
+                     NULL},
+};
+
+static int
+no_keywords(const char *name, PyObject *kwnames)
+{
+    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) {
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "%s() takes no keyword arguments", name);
+    return -1;
+}
+
+static int
+not_a_region(MethodObject *self, PyObject *obj)
+{
+    PyErr_Format(PyExc_TypeError,
+                 "descriptor '%s' for 'instrument._speedups.RegionBase' objects doesn't apply "
+                 "to a '%.100s' object",
+                 region_methods[self->kind].attr, Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+/* descriptor.__get__(region): the region's bound method of this kind, made once */
+static PyObject *
+Method_get(MethodObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL) {
+        Py_INCREF(self);
+        return (PyObject *)self;
+    }
+    PyTypeObject *type_of = Py_TYPE(obj);
+    if (type_of != cpu_region_type && type_of != skipped_region_type &&
+        !PyObject_TypeCheck(obj, &RegionType)) {
+        not_a_region(self, obj);
+        return NULL;
+    }
+    PyObject **slot = &((RegionObject *)obj)->bound[self->kind];
+    if (*slot == NULL) {
+        PyObject *b = PyCFunction_New(&bound_defs[self->kind], obj);
+        if (b == NULL) {
+            return NULL;
+        }
+        if (*slot == NULL) {
+            *slot = b;
+        }
+        else { /* made meanwhile (not without the GIL released, but cheap to handle) */
+            Py_DECREF(b);
+        }
+    }
+    Py_INCREF(*slot);
+    return *slot;
+}
+
+/* descriptor(region, *args): the method called unbound */
+static PyObject *
+Method_vectorcall(MethodObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (no_keywords(region_methods[self->kind].name, kwnames) < 0) {
+        return NULL;
+    }
+    if (nargs < 1) {
+        PyErr_Format(PyExc_TypeError, "unbound %s() needs a region argument",
+                     region_methods[self->kind].attr);
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &RegionType)) {
+        not_a_region(self, args[0]);
+        return NULL;
+    }
+    return region_methods[self->kind].fn((RegionObject *)args[0], args + 1, nargs - 1);
+}
+
+static PyObject *
+Method_repr(MethodObject *self)
+{
+    return PyUnicode_FromFormat("<region method '%s' (%s) of 'RegionBase' objects>",
+                                region_methods[self->kind].attr, region_methods[self->kind].name);
+}
+
+static PyObject *
+Method_name(MethodObject *self, void *closure)
+{
+    return PyUnicode_FromString(region_methods[self->kind].name);
+}
+
+static PyGetSetDef Method_getset[] = {
+    {"__name__", (getter)Method_name, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject MethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.RegionMethod",
+    .tp_doc = "CpuRegion's or SkippedRegion's __enter__ or __exit__: binds once per region.",
+    .tp_basicsize = sizeof(MethodObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_dealloc = (destructor)PyObject_Del,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(MethodObject, vectorcall),
+    .tp_descr_get = (descrgetfunc)Method_get,
+    .tp_repr = (reprfunc)Method_repr,
+    .tp_getset = Method_getset,
+};
+
+/* Make the types above ready and add the four descriptors to RegionBase (module init). */
+static int
+add_region_methods(void)
+{
+    if (PyType_Ready(&MethodType) < 0) {
+        return -1;
+    }
+    if (spare_marker == NULL && (spare_marker = PyList_New(0)) == NULL) {
+        return -1;
+    }
+    for (int kind = 0; kind < N_METHODS; kind++) {
+        MethodObject *m = PyObject_New(MethodObject, &MethodType);
+        if (m == NULL) {
+            return -1;
+        }
+        m->kind = kind;
+        m->vectorcall = (vectorcallfunc)Method_vectorcall;
+        int rc = PyDict_SetItemString(RegionType.tp_dict, region_methods[kind].attr,
+                                      (PyObject *)m);
+        Py_DECREF(m);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    PyType_Modified(&RegionType);
+    return 0;
+}
+
 
 static const FieldSpec region_fields[] = {
     {"region", "name", offsetof(RegionObject, name), F_STR},
@@ -1073,6 +1875,9 @@ Region_traverse(RegionObject *self, visitproc visit, void *arg)
     Py_VISIT(self->name);
     Py_VISIT(self->clock);
     Py_VISIT(self->now);
+    for (int kind = 0; kind < N_METHODS; kind++) {
+        Py_VISIT(self->bound[kind]);
+    }
     return 0;
 }
 
@@ -1082,6 +1887,11 @@ Region_clear(RegionObject *self)
     Py_CLEAR(self->name);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->now);
+    for (int kind = 0; kind < N_METHODS; kind++) {
+        Py_CLEAR(self->bound[kind]);
+    }
+    self->cache_version = 0;
+    Py_CLEAR(self->cache_name);
     return 0;
 }
 
@@ -1103,7 +1913,6 @@ static PyTypeObject RegionType = {
     .tp_dealloc = (destructor)Region_dealloc,
     .tp_traverse = (traverseproc)Region_traverse,
     .tp_clear = (inquiry)Region_clear,
-    .tp_methods = Region_methods,
     .tp_getset = Region_getset,
 };
 
@@ -1163,11 +1972,12 @@ typedef struct {
 /* The end of one timed host-clock call (decorators.py's wrapper, the `finally` of
  * frames._close): read the clock, restore the parent frame, record; return the call's
  * outcome unchanged -- or the clock's error when the call succeeded but the clock failed,
- * as for a `with` block. Takes over the references to `parent`, `node` and `result`. */
+ * as for a `with` block. Takes over the references to `frame` (open_cpu's) and `result`. */
 static PyObject *
-finish_timed_call(RegionObject *region, PyObject *parent, NodeObject *node, int64_t t0,
-                  PyObject *result)
+finish_timed_call(RegionObject *region, PyObject *frame, int64_t t0, PyObject *result)
 {
+    PyObject *parent = PyTuple_GET_ITEM(frame, 2);
+    NodeObject *node = (NodeObject *)PyTuple_GET_ITEM(frame, 0);
     int64_t t1;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb); /* keep the call's exception untouched */
@@ -1183,8 +1993,7 @@ finish_timed_call(RegionObject *region, PyObject *parent, NodeObject *node, int6
     if (!restored) {
         PyErr_Clear(); /* instrumentation must not replace the call's outcome */
     }
-    Py_DECREF(parent);
-    Py_DECREF(node);
+    frame_release(frame);
     if (!clock_ok && result != NULL) {
         Py_DECREF(result);
         PyErr_Restore(ct, cv, ctb);
@@ -1208,14 +2017,13 @@ call_timed(PyObject *region, PyObject *wrapped, PyObject *cargs, PyObject *ckw)
         }
         return PyObject_CallMethodObjArgs(region, str_call, wrapped, cargs, ckw, NULL);
     }
-    PyObject *parent;
-    NodeObject *node;
+    PyObject *frame;
     int64_t t0;
-    if (check_bound() < 0 || open_cpu((RegionObject *)region, &parent, &node, &t0) < 0) {
+    if (check_bound() < 0 || (frame = open_cpu((RegionObject *)region, &t0)) == NULL) {
         return NULL;
     }
     PyObject *result = PyObject_Call(wrapped, cargs, ckw);
-    return finish_timed_call((RegionObject *)region, parent, node, t0, result);
+    return finish_timed_call((RegionObject *)region, frame, t0, result);
 }
 
 /* args/kwargs that are not a tuple/dict (wrapt always passes those): converted as
@@ -1348,6 +2156,11 @@ typedef struct {
     PyObject *slow;
     PyObject *dict;
     vectorcallfunc vectorcall;
+    /* the name last answered (strong) and its region (borrowed: by_name[last_name] while
+     * by_name's version tag is last_version, as for RegionObject's child cache) */
+    PyObject *last_name;
+    PyObject *last_found;
+    uint64_t last_version; /* 0: nothing remembered */
 } DispatchObject;
 
 static PyObject *
@@ -1361,9 +2174,20 @@ Dispatch_vectorcall(DispatchObject *self, PyObject *const *args, size_t nargsf,
     }
     if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) &&
         PyUnicode_CheckExact(args[0])) {
+        uint64_t version = HAVE_DICT_VERSION ? dict_version(self->by_name) : 0;
+        if (args[0] == self->last_name && version == self->last_version && version != 0) {
+            Py_INCREF(self->last_found);
+            return self->last_found;
+        }
         PyObject *found = PyDict_GetItemWithError(self->by_name, args[0]);
         if (found != NULL) {
             Py_INCREF(found);
+            if (version != 0) {
+                Py_INCREF(args[0]);
+                Py_XSETREF(self->last_name, args[0]);
+                self->last_found = found;
+                self->last_version = version;
+            }
             return found;
         }
         if (PyErr_Occurred()) {
@@ -1407,6 +2231,8 @@ Dispatch_clear(DispatchObject *self)
     Py_CLEAR(self->by_name);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->dict);
+    self->last_version = 0;
+    Py_CLEAR(self->last_name);
     return 0;
 }
 
@@ -1547,6 +2373,7 @@ static PyMethodDef module_methods[] = {
      "Keep each context's frames in a stack holder if the context layout is confirmed on "
      "this interpreter (else one variable set per transition); returns whether it is."},
     {"bucket", bucket, METH_O, "The histogram bucket of a duration in ns (for tests)."},
+    {"take_tree", take_tree, METH_VARARGS, "take_tree(root, idle_limit, keep, concurrent): see registry._take_tree."},
     {"timed_function_types", timed_function_types, METH_VARARGS,
      "timed_function_types(wrapt FunctionWrapper, BoundFunctionWrapper): the decorator's "
      "wrapper types derived from them, calling the wrapped function directly: (for a plain "
@@ -1562,7 +2389,7 @@ module_exec(PyObject *m)
     }
     if (PyType_Ready(&NodeType) < 0 || PyType_Ready(&RegionType) < 0 ||
         PyType_Ready(&CallTimerType) < 0 || PyType_Ready(&DispatchType) < 0 ||
-        PyType_Ready(&ActiveType) < 0) {
+        PyType_Ready(&ActiveType) < 0 || add_region_methods() < 0) {
         return -1;
     }
     if (str_child == NULL) {
@@ -1692,14 +2519,13 @@ static PyObject *
 timed_region_vectorcall(RegionObject *region, PyObject *wrapped, PyObject *const *args,
                         size_t nargsf, PyObject *kwnames)
 {
-    PyObject *parent;
-    NodeObject *node;
+    PyObject *frame;
     int64_t t0;
-    if (open_cpu(region, &parent, &node, &t0) < 0) {
+    if ((frame = open_cpu(region, &t0)) == NULL) {
         return NULL;
     }
     PyObject *result = PyObject_Vectorcall(wrapped, args, nargsf, kwnames);
-    return finish_timed_call(region, parent, node, t0, result);
+    return finish_timed_call(region, frame, t0, result);
 }
 
 static PyObject *

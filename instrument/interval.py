@@ -1,6 +1,10 @@
-"""One interval's report: the collected accumulators of the registry → a normalized, frozen
+"""One interval's report: the collected columns of the registry → a normalized, frozen
 :class:`~instrument.report.Report` (self times, level filter, normalizer). Pure: no I/O,
-no process group, no sink."""
+no process group, no sink.
+
+The report's nodes are built on first read (:class:`Rows`): a flush only takes the
+registry's columns, so its cost per path is the C walk's, whatever reads the report later.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,13 @@ from collections.abc import Callable, Mapping
 
 from instrument import registry
 from instrument.rank import rank_and_world
-from instrument.registry import PathNode
-from instrument.report import Node, Report, SelfCost
-from instrument.stats import Stats, Summary, stats_of
+from instrument.report import LazyNodes, Node, Report, SelfCost
+from instrument.stats import Stats, Summary, from_figures, stats_of
 from instrument.throughput import Throughput
 
 
 def build_report(
-    collected: list[registry.Collected],
+    collected: registry.Collected,
     *,
     steps: int,
     step_time: Summary | None,
@@ -29,55 +32,14 @@ def build_report(
     memory: Mapping[str, int] | None = None,
     self_cost: SelfCost | None = None,
 ) -> Report:
-    """Turn one interval's collected accumulators (in tree order, as
-    :func:`registry.collect` gives them) into a normalized :class:`Report`; ``step_time``
-    summarizes the interval's step times (``NodeBase.take()``)."""
-    kept = (
-        collected
-        if level is None
-        else [item for item in collected if not _above_level(item.node, level)]
-    )
+    """Turn one interval's collected columns (:func:`registry.collect`) into a normalized
+    :class:`Report`, whose nodes are built when first read; ``step_time`` summarizes the
+    interval's step times (``NodeBase.take()``)."""
     scale = _scaler(normalizer, steps)
-    concurrent = registry.concurrent
-    host: dict[PathNode, Stats] = {}
-    primary: dict[PathNode, Stats] = {}
-    for item in kept:
-        node = item.node
-        stats = stats_of(item.host, item.adjust_ns)
-        host[node] = stats = stats if scale is _same else scale(stats)
-        if item.device is not None:
-            stats = scale(item.device.to_stats(item.adjust_ns))
-        primary[node] = stats
-
-    child_total: dict[PathNode, float] = {}
-    for node, stats in primary.items():
-        parent = node.parent
-        if parent in primary and node not in concurrent:
-            child_total[parent] = child_total.get(parent, 0.0) + stats.total
-
-    nodes = []
-    for item in kept:
-        node = item.node
-        stats = primary[node]
-        measured = stats is not host[node]
-        nodes.append(
-            Node.of(
-                node.path,
-                host[node],
-                stats if measured else None,
-                max(stats.total - child_total.get(node, 0.0), 0.0),
-                "cuda" if measured else node.mode,
-                node.level,
-                item.bytes,
-                node in concurrent,
-                item.open,
-            )
-        )
-
     step_stats = None if not steps or step_time is None else scale(stats_of(step_time))
     rank, world = rank_and_world()
     return Report(
-        nodes=tuple(nodes),
+        nodes=Rows(collected, scale, level),
         steps=steps,
         step_time=step_stats,
         normalizer=normalizer,
@@ -91,6 +53,104 @@ def build_report(
         memory=dict(memory or {}),
         self_cost=self_cost,
     )
+
+
+class Rows(LazyNodes):
+    """The nodes of one report, kept as the registry's columns until first read: paths,
+    modes, host figures and links by row, the sparse figures by row (no path node is held,
+    so a kept report does not keep idle paths alive)."""
+
+    __slots__ = (
+        "adjust",
+        "bytes",
+        "concurrent",
+        "counts",
+        "device",
+        "figures",
+        "kept",
+        "links",
+        "modes",
+        "open",
+        "paths",
+        "scale",
+        "totals",
+    )
+
+    def __init__(
+        self, collected: registry.Collected, scale: Callable[[Stats], Stats], level: int | None
+    ) -> None:
+        host = collected.host
+        self.paths = collected.paths
+        self.modes = collected.modes
+        self.counts = host.counts
+        self.totals = host.totals
+        self.figures = host.figures
+        self.links = collected.links
+        self.scale = scale
+        links = collected.links
+        n = len(collected.paths)
+        #: the rows shown: those no more detailed than ``level`` (along their whole path)
+        self.kept = (
+            range(n) if level is None else [i for i in range(n) if links[3 * i + 2] <= level]
+        )
+        concurrent = set(registry.concurrent)  # (one copy: other threads may add to it)
+        sparse = (collected.device, collected.bytes, collected.adjust_ns, collected.open)
+        if any(sparse) or concurrent:
+            keys = concurrent.union(*sparse)
+            rows = collected.rows_of(keys)
+        else:
+            rows = {}
+        self.device = {rows[k]: v for k, v in collected.device.items() if k in rows}
+        self.bytes = {rows[k]: v for k, v in collected.bytes.items() if k in rows}
+        self.adjust = {rows[k]: v for k, v in collected.adjust_ns.items() if k in rows}
+        self.open = {rows[k] for k in collected.open if k in rows}
+        self.concurrent = {rows[k] for k in concurrent if k in rows}
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+    def build(self) -> tuple[Node, ...]:
+        """The nodes: self times, the normalizer, device times where measured."""
+        scale, adjust, device, concurrent = self.scale, self.adjust, self.device, self.concurrent
+        counts, totals, figures, links = self.counts, self.totals, self.figures, self.links
+        same = scale is _same
+        kept = self.kept
+        hosts: list[Stats] = []
+        primaries: list[Stats] = []
+        child_total: dict[int, float] = {}
+        shown: set[int] = set()
+        for i in kept:
+            extra = adjust.get(i, 0) if adjust else 0
+            count = counts[i]
+            if count:
+                host = from_figures(count, totals[i] + extra, figures, 7 * i)
+            else:
+                host = stats_of(None, extra)
+            if not same:
+                host = scale(host)
+            acc = device.get(i) if device else None
+            primary = host if acc is None else scale(acc.to_stats(extra))
+            hosts.append(host)
+            primaries.append(primary)
+            shown.add(i)
+            parent = links[3 * i]
+            if parent in shown and i not in concurrent:  # (parents come first)
+                child_total[parent] = child_total.get(parent, 0.0) + primary.total
+        paths, modes, nbytes, is_open = self.paths, self.modes, self.bytes, self.open
+        return tuple(
+            Node.of(
+                paths[i],
+                host,
+                None if primary is host else primary,
+                max(primary.total - child_total.get(i, 0.0), 0.0),
+                modes[i] if primary is host else "cuda",
+                links[3 * i + 1],
+                nbytes.get(i, 0),
+                i in concurrent,
+                i in is_open,
+            )
+            for i, host, primary in zip(kept, hosts, primaries, strict=True)
+        )
 
 
 def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:
@@ -108,12 +168,3 @@ def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:
 
 def _same(stats: Stats) -> Stats:
     return stats
-
-
-def _above_level(node: registry.PathNode | None, level: int) -> bool:
-    """True if ``node`` or one of its ancestors is more detailed than ``level``."""
-    while node is not None:
-        if node.level > level:
-            return True
-        node = node.parent
-    return False

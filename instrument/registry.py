@@ -30,8 +30,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from instrument import _fields, clocks
 from instrument._native import speedups
@@ -54,6 +56,7 @@ class _PyNodeBase:
         "acc",
         "buf",
         "children",
+        "idle",
         "level",
         "mode",
         "name",
@@ -69,8 +72,10 @@ class _PyNodeBase:
     children: dict[str, PathNode]
     level: int
     mode: str
+    idle: int  # flushes in a row without a record
 
     def __init__(self) -> None:
+        self.idle = 0
         self.buf: list[int] = []
         self.acc = Accumulator()
         self.retired: list[int] | None = None
@@ -140,9 +145,8 @@ OVERFLOW = "(overflow)"
 class PathNode(NodeBase):
     """One path of the timing tree ("step/forward"), shared by every thread."""
 
-    __slots__ = ("depth", "idle")
+    __slots__ = ("depth",)
     depth: int  # regions from the root (top-level paths: 1)
-    idle: int
 
     def __init__(self, name: str, parent: PathNode | None, level: int = 0) -> None:
         super().__init__()
@@ -153,7 +157,6 @@ class PathNode(NodeBase):
         self.mode = "cpu"
         self.children = {}
         self.depth = 0 if parent is None else parent.depth + 1
-        self.idle = 0  # flushes in a row without a record
 
     def child(self, name: str, level: int, mode: str) -> PathNode:
         """The child called ``name``, created on first use (the only locked step of a region);
@@ -276,21 +279,109 @@ def walk(node: PathNode = ROOT) -> Iterator[PathNode]:
         stack.extend(reversed(tuple(current.children.values())))
 
 
-class Collected(NamedTuple):
-    """What one path recorded during an interval.
+class Host(NamedTuple):
+    """The host (enter → exit) figures of the rows of a :class:`Collected`: ``counts[i]``
+    finished calls (0: the row is there for its device time or an open call only),
+    ``totals[i]`` their exact total in ns, and ``figures[7 * i : 7 * i + 7]`` their mean,
+    min, max, std, p50, p90 and p99 in seconds."""
 
-    ``adjust_ns`` is added to the path's total (host and device): the time inside this
-    interval of its calls still open at the flush, minus the time already reported for
-    calls that were open at an earlier flush and closed in this interval. ``open`` says a
-    call of the path was still open at the flush.
+    counts: list[int]
+    totals: list[int]
+    figures: array[float]
+
+    def summary(self, row: int) -> Summary | None:
+        """Row ``row`` as a :data:`~instrument.stats.Summary` (``None``: no finished call)."""
+        count = self.counts[row]
+        if not count:
+            return None
+        f, at = self.figures, 7 * row
+        return (
+            count,
+            self.totals[row],
+            f[at],
+            f[at + 1],
+            f[at + 2],
+            f[at + 3],
+            f[at + 4],
+            f[at + 5],
+            f[at + 6],
+        )
+
+
+#: Below this many sparse keys :meth:`Collected.rows_of` searches the node list; above it,
+#: it indexes it once.
+_FEW = 8
+
+
+class Collected:
+    """What every path recorded in one interval, as columns: row ``i`` is the path
+    ``nodes[i]`` (``paths[i]``, clock mode ``modes[i]``), in tree order (parents first,
+    siblings by creation), with its host figures in ``host`` and ``links[3 * i : 3 * i + 3]``
+    = the row of its parent (-1: none), its level, and the highest level on its path.
+    A path is a row if it recorded something, has device time, or has a call open at the
+    flush. ``regions`` is the number of region calls that ended in the interval.
+
+    The rest is sparse, by node: ``device`` (device-clock durations), ``bytes`` (moved by
+    collectives), ``adjust_ns`` (added to the path's total, host and device: the time inside
+    this interval of its calls still open at the flush, minus the time already reported for
+    calls that were open at an earlier flush and closed in this one) and ``open`` (a call
+    of the path was still open at the flush).
     """
 
-    node: PathNode
-    host: Summary | None
-    device: Accumulator | None
-    bytes: int = 0
-    adjust_ns: int = 0
-    open: bool = False
+    __slots__ = (
+        "adjust_ns",
+        "bytes",
+        "device",
+        "host",
+        "links",
+        "modes",
+        "nodes",
+        "open",
+        "paths",
+        "regions",
+    )
+
+    def __init__(
+        self,
+        nodes: list[PathNode],
+        paths: list[str],
+        modes: list[str],
+        host: Host,
+        links: array[int],
+        regions: int,
+    ) -> None:
+        self.nodes = nodes
+        self.paths = paths
+        self.modes = modes
+        self.host = host
+        self.links = links
+        self.regions = regions
+        self.device: dict[PathNode, Accumulator] = {}
+        self.bytes: dict[PathNode, int] = {}
+        self.adjust_ns: dict[PathNode, int] = {}
+        self.open: set[PathNode] = set()
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def calls(self) -> Iterator[tuple[PathNode, int]]:
+        """``(node, calls ended in the interval)`` for every row."""
+        return zip(self.nodes, self.host.counts, strict=True)
+
+    def rows_of(self, keys: Iterable[PathNode]) -> dict[PathNode, int]:
+        """The row of each of ``keys`` that is one."""
+        keys = list(keys)
+        nodes = self.nodes
+        if len(keys) > _FEW:
+            index = dict(zip(nodes, range(len(nodes)), strict=True))
+            return {key: index[key] for key in keys if key in index}
+        found: dict[PathNode, int] = {}
+        for key in keys:
+            try:
+                found[key] = nodes.index(key)
+            except ValueError:
+                continue
+        return found
 
 
 #: One call open at a flush: (path node, start ns, the flush's time on the region's clock).
@@ -338,11 +429,9 @@ def open_calls(top: Any) -> list[OpenCall]:
     return out
 
 
-def _split_open(
-    open_now: list[OpenCall], host: dict[PathNode, Summary]
-) -> tuple[dict[PathNode, int], set[PathNode]]:
+def _split_open(open_now: list[OpenCall], collected: Collected) -> dict[PathNode, int]:
     """Per node: ns to add to this interval's total for calls open now or closed since an
-    earlier flush (see :class:`Collected`), and the nodes with a call open now."""
+    earlier flush (see :class:`Collected`)."""
     global _carried
     thread = _flusher_token()
     adjust: dict[PathNode, int] = {}
@@ -353,76 +442,159 @@ def _split_open(
         reported = _carried.pop(key, 0)
         adjust[node] = adjust.get(node, 0) + max(span - reported, 0)
         carried[key] = max(span, reported)
+    closed = [key for key in _carried if key[0] == thread]
+    rows = collected.rows_of(key[1] for key in closed) if closed else {}
+    counts, totals = collected.host.counts, collected.host.totals
     for key, reported in _carried.items():
         if key[0] is not thread:  # open in a context this flush cannot see: keep for later
             carried[key] = reported
             continue
         node = key[1]  # closed since: its record holds the full duration
-        summary = host.get(node)
-        if summary is not None:  # (none: abandoned, nothing recorded)
-            adjust[node] = adjust.get(node, 0) - min(reported, summary[1])
+        row = rows.get(node)
+        if row is not None and counts[row]:  # (none: abandoned, nothing recorded)
+            adjust[node] = adjust.get(node, 0) - min(reported, totals[row])
     _carried = carried
-    return adjust, {call[0] for call in open_now}
+    return adjust
 
 
-def collect(open_now: list[OpenCall] | None = None) -> list[Collected]:
+#: ``(nodes, paths, modes, counts, totals, figures, links, regions, released)``: what
+#: :func:`_take_tree` returns (``figures`` and ``links`` as the bytes of arrays of doubles and
+#: of int64).
+TakenTree = tuple[list[Any], list[str], list[str], list[int], list[int], bytes, bytes, int, int]
+
+
+def collect(open_now: list[OpenCall] | None = None) -> Collected:
     """Snapshot and reset every path; resolve pending device events; split the calls in
     ``open_now`` (:func:`open_calls` of the flushing context) at this flush; release the
-    paths idle for :data:`idle_flushes` flushes.
-
-    Paths come in tree order (parents first, siblings by creation).
-    """
-    global _bytes
+    paths idle for :data:`idle_flushes` flushes."""
+    global _bytes, _early, _live_paths
+    open_now = open_now or []
+    opened = {call[0] for call in open_now}
     with _lock:
         moved, _bytes = _bytes, {}
-        nodes = list(walk())
-        host = _take(nodes)
         batch = _swap_pending()
-        adjust, opened = _split_open(open_now or [], host)
-        _release_idle(nodes, moved)
-    device = _resolve(batch)
-    return [
-        Collected(
-            node,
-            host.get(node),
-            device.get(node),
-            moved.get(node, 0),
-            adjust.get(node, 0),
-            node in opened,
+        early, _early = _early, {}
+        keep = opened.union([item[0] for item in batch], early) if batch or early else opened
+        limit = idle_flushes if hasattr(sys, "getrefcount") else sys.maxsize
+        nodes, paths, modes, counts, totals, fig, lnk, regions, released = take_tree(
+            ROOT, limit, keep or None, concurrent
         )
-        for node in nodes
-        if node in host or node in device or node in opened or adjust.get(node)
+        _live_paths -= released
+        figures, links = array("d"), array("q")
+        figures.frombytes(fig)
+        links.frombytes(lnk)
+        collected = Collected(nodes, paths, modes, Host(counts, totals, figures), links, regions)
+        adjust = _split_open(open_now, collected)
+    collected.device = _resolve(batch, early)
+    collected.bytes = moved
+    collected.adjust_ns = adjust
+    collected.open = opened
+    return collected
+
+
+def _take_tree(
+    root: PathNode, idle_limit: int, keep: AbstractSet[PathNode] | None, concurrent: set[Any] | None
+) -> TakenTree:
+    """Take every path's interval figures in one walk (``_speedups.take_tree`` is the same
+    in C): each node below ``root`` with records, or in ``keep``, becomes a row (tree order:
+    parents first, siblings by creation); the others count one more idle flush, and the
+    leaves idle for ``idle_limit`` flushes that nothing else holds (no open frame, cached
+    anchor or pending event: their reference count says so) are released, children before
+    parents (and left ``concurrent``). The caller holds ``_lock``."""
+    walked = _walk_tree(root)
+    taken = _take_rows(walked, keep)
+    released = _release_idle(walked, idle_limit, concurrent)
+    return (*taken, released)
+
+
+#: Deeper than this, a tree is a cycle (a node among its own descendants).
+MAX_WALK_DEPTH = 1 << 16
+
+
+def _walk_tree(root: PathNode) -> list[tuple[PathNode, int, int]]:
+    """``(node, walk index of its parent or -1, highest level on its path)`` for every node
+    below ``root``, parents first, siblings by creation."""
+    walked: list[tuple[PathNode, int, int]] = []
+    stack: list[tuple[Any, Any, int, int]] = [
+        (key, child, -1, 1) for key, child in reversed(tuple(root.children.items()))
     ]
+    while stack:
+        key, node, parent, depth = stack.pop()
+        if not isinstance(node, NodeBase):
+            raise TypeError(
+                f"take_tree: a path node's children must be path nodes, got {node!r} under "
+                f"the key {key!r}"
+            )
+        reach = node.level if parent < 0 else max(node.level, walked[parent][2])
+        index = len(walked)
+        walked.append((cast(PathNode, node), parent, reach))
+        if node.children and depth >= MAX_WALK_DEPTH:
+            raise ValueError(
+                f"take_tree: the path tree is deeper than {MAX_WALK_DEPTH} nodes below "
+                f"{key!r} (a node among its own children?)"
+            )
+        stack.extend((k, c, index, depth + 1) for k, c in reversed(tuple(node.children.items())))
+    return walked
 
 
-def _take(nodes: list[PathNode]) -> dict[PathNode, Summary]:
-    """Each node's summary since the last take (those with records), counting the idle
-    flushes of the others. The caller holds ``_lock``."""
-    host: dict[PathNode, Summary] = {}
-    for node in nodes:
+def _take_rows(
+    walked: list[tuple[PathNode, int, int]], keep: AbstractSet[PathNode] | None
+) -> tuple[list[Any], list[str], list[str], list[int], list[int], bytes, bytes, int]:
+    """Take each walked node's figures (counting idle flushes) into the columns of
+    :data:`TakenTree`, but ``released``."""
+    summaries: list[Summary | None] = []
+    for node, _, _ in walked:
         summary = node.take()
         if summary is None:
             node.idle += 1
         else:
-            host[node] = summary
             node.idle = 0
-    return host
-
-
-def _release_idle(nodes: list[PathNode], moved: dict[PathNode, int]) -> None:
-    """Drop the leaves idle for :data:`idle_flushes` flushes that nothing else holds (no
-    open frame, cached anchor or pending event: their reference count says so), children
-    before parents. The caller holds ``_lock``."""
-    global _live_paths
-    if not hasattr(sys, "getrefcount"):  # no reference counts to tell: keep every path
-        return
-    # References to a free leaf: its parent's ``children``, ``nodes``, the loop variable,
-    # getrefcount's argument, and the ``parent`` of each child released in this pass.
-    released: dict[PathNode, int] = {}
-    for node in reversed(nodes):
-        if node.idle < idle_flushes or node.children:
+        summaries.append(summary)
+    rows = [-1] * len(walked)
+    nodes: list[Any] = []
+    paths: list[str] = []
+    modes: list[str] = []
+    counts: list[int] = []
+    totals: list[int] = []
+    figures, links = array("d"), array("q")
+    for k, (node, parent, reach) in enumerate(walked):
+        summary = summaries[k]
+        if summary is None and (keep is None or node not in keep):
             continue
-        held = 4 + (node in concurrent) + (node in moved) + released.get(node, 0)
+        rows[k] = len(nodes)
+        nodes.append(node)
+        paths.append(node.path)
+        modes.append(node.mode)
+        if summary is None:
+            counts.append(0)
+            totals.append(0)
+            figures.extend((0.0,) * 7)
+        else:
+            counts.append(summary[0])
+            totals.append(summary[1])
+            figures.extend(summary[2:])
+        links.extend((-1 if parent < 0 else rows[parent], node.level, reach))
+    return nodes, paths, modes, counts, totals, figures.tobytes(), links.tobytes(), sum(counts)
+
+
+def _release_idle(
+    walked: list[tuple[PathNode, int, int]], idle_limit: int, concurrent: set[Any] | None
+) -> int:
+    """Drop the leaves idle for ``idle_limit`` flushes that nothing else holds, children
+    before parents; return how many. The caller holds ``_lock``."""
+    if not hasattr(sys, "getrefcount"):  # no reference counts to tell: keep every path
+        return 0
+    # References to a free leaf: its parent's ``children``, its ``walked`` entry, the loop
+    # variable, getrefcount's argument, and the ``parent`` of each child released here
+    # (and the key counting them).
+    released: dict[PathNode, int] = {}
+    count = 0
+    for node, _, _ in reversed(walked):
+        if node.idle < idle_limit or node.children:
+            continue
+        in_concurrent = concurrent is not None and node in concurrent
+        kids = released.get(node, 0)
+        held = 4 + in_concurrent + kids + (kids > 0)
         if sys.getrefcount(node) > held:
             continue
         if node.parent is None:  # (no local for the parent: it would hold it)
@@ -436,9 +608,15 @@ def _release_idle(nodes: list[PathNode], moved: dict[PathNode, int]) -> None:
         if node.has_records() or sys.getrefcount(node) > held - 1:  # (no dict ref now)
             siblings[node.name] = node
             continue
-        concurrent.discard(node)
+        if in_concurrent and concurrent is not None:
+            concurrent.discard(node)
         released[node.parent] = released.get(node.parent, 0) + 1
-        _live_paths -= 1
+        count += 1
+    return count
+
+
+take_tree: Callable[[PathNode, int, AbstractSet[PathNode] | None, set[Any] | None], TakenTree]
+take_tree = _take_tree if speedups is None else speedups.take_tree
 
 
 def live_paths() -> int:
@@ -460,11 +638,12 @@ def _swap_pending() -> list[tuple[PathNode, Any, Any, int]]:
     return batch
 
 
-def _resolve(batch: list[tuple[PathNode, Any, Any, int]]) -> dict[PathNode, Accumulator]:
-    """Device durations per node: the pairs folded early (:func:`_fold_completed`) and those
-    of ``batch``, waiting only for these events."""
-    global _early
-    out, _early = _early, {}
+def _resolve(
+    batch: list[tuple[PathNode, Any, Any, int]], early: dict[PathNode, Accumulator]
+) -> dict[PathNode, Accumulator]:
+    """Device durations per node: the pairs folded ``early`` (:func:`_fold_completed`) and
+    those of ``batch``, waiting only for these events."""
+    out = early
     durations: dict[PathNode, list[int]] = {}
     for node, start, end, device in batch:
         ms = clocks.pair_ms((start, end, device))

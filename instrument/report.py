@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,9 +45,18 @@ class RankStats:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict; :meth:`from_dict` restores it exactly."""
-        out = asdict(self)
-        out["per_rank"] = None if self.per_rank is None else list(self.per_rank)
-        return out
+        return {
+            "rank_min": self.rank_min,
+            "rank_max": self.rank_max,
+            "rank_mean": self.rank_mean,
+            "rank_argmin": self.rank_argmin,
+            "rank_argmax": self.rank_argmax,
+            "ranks_present": self.ranks_present,
+            "per_rank": None if self.per_rank is None else list(self.per_rank),
+            "slowest": self.slowest,
+            "relative_score": self.relative_score,
+            "individual_score": self.individual_score,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RankStats:
@@ -369,6 +379,34 @@ class Node:
         )
 
 
+class LazyNodes(ABC):
+    """A report's nodes, built on first read (a flush makes one; most reports are only
+    passed to sinks that read a few figures, or kept). Holds plain data, no path node."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def build(self) -> tuple[Node, ...]:
+        """The nodes, parents before children."""
+
+
+class _Nodes:
+    """``Report.nodes``: stored as given, a :class:`LazyNodes` built (once) on first read."""
+
+    def __get__(self, report: Report | None, owner: type) -> tuple[Node, ...]:
+        if report is None:
+            return ()  # the field's default
+        nodes = report.__dict__["nodes"]
+        if isinstance(nodes, LazyNodes):
+            nodes = nodes.build()
+            report.__dict__["nodes"] = nodes
+        return nodes  # type: ignore[no-any-return]
+
+    def __set__(self, report: Report, nodes: Sequence[Node] | LazyNodes) -> None:
+        report.__dict__["nodes"] = nodes
+
+
 @dataclass(frozen=True)
 class Report:
     """One interval's timing tree.
@@ -388,9 +426,11 @@ class Report:
     cross-rank flush could not run (a rank missing or at another interval), the report is
     this rank's own and ``across_note`` says why, naming the ranks. ``self_cost`` says what
     the timing itself cost in the interval (``None`` in a report not made by a flush).
+    A flush's report builds its ``nodes`` the first time they are read (:class:`LazyNodes`);
+    ``len(report)`` does not build them.
     """
 
-    nodes: tuple[Node, ...] = ()
+    nodes: _Nodes = _Nodes()
     steps: int = 0
     step_time: Stats | None = None
     normalizer: float | str = 1.0
@@ -409,10 +449,18 @@ class Report:
     stragglers_count: int = 0
     across_note: str = ""
     self_cost: SelfCost | None = None
-    _by_path: dict[str, Node] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_path", {node.path: node for node in self.nodes})
+    @property
+    def _by_path(self) -> dict[str, Node]:
+        """The nodes by path, made on first use."""
+        by_path: dict[str, Node] | None = self.__dict__.get("_by_path")
+        if by_path is None:
+            by_path = self.__dict__["_by_path"] = {node.path: node for node in self.nodes}
+        return by_path
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickle and copy keep: the fields (the nodes built)."""
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
     def __getitem__(self, path: str) -> Node:
         try:
@@ -426,7 +474,8 @@ class Report:
         return path in self._by_path
 
     def __len__(self) -> int:
-        return len(self.nodes)
+        nodes = self.__dict__["nodes"]  # (a lazy report knows its length unbuilt)
+        return len(nodes)
 
     def get(self, path: str) -> Node | None:
         """The node at ``path``, or ``None``."""

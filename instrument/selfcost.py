@@ -76,23 +76,20 @@ def count_hooked(names: Iterable[str], calibrate: Callable[[], float]) -> Callab
     return undo
 
 
-def count(collected: Iterable[Collected]) -> tuple[int, int]:
+def count(collected: Collected) -> tuple[int, int]:
     """The calls that ended in an interval: ``(plain regions, regions entered through
     hooks)``, the latter being those of paths named as :func:`count_hooked` registered."""
     hooked_names: frozenset[str] = frozenset().union(*_hooked, *_retired)
     _retired.clear()
+    if not hooked_names:
+        return collected.regions, 0
     regions = hooked = 0
-    for node, calls in _calls(collected):
+    for node, calls in collected.calls():
         if node.name in hooked_names:
             hooked += calls
         else:
             regions += calls
     return regions, hooked
-
-
-def _calls(collected: Iterable[Collected]) -> Iterable[tuple[PathNode, int]]:
-    """``(node, calls)`` of each path that recorded in the interval."""
-    return ((item.node, item.host[0]) for item in collected if item.host is not None)
 
 
 def _calibrate() -> float:

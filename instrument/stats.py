@@ -18,7 +18,7 @@ import struct
 from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 BUCKETS_PER_OCTAVE = 8
@@ -171,6 +171,29 @@ def stats_of(summary: Summary | None, extra_ns: int = 0) -> Stats:
     return stats
 
 
+def from_figures(count: int, total_ns: int, figures: Sequence[float], at: int) -> Stats:
+    """A :class:`Stats` of ``count`` calls (> 0) totalling ``total_ns`` (never below 0), with
+    the mean, min, max, std, p50, p90 and p99 in seconds at ``figures[at : at + 7]`` (the
+    registry's columns; :func:`stats_of` of the same summary, without the tuple)."""
+    stats = object.__new__(Stats)
+    object.__setattr__(
+        stats,
+        "__dict__",
+        {
+            "count": count,
+            "total": (total_ns if total_ns > 0 else 0) / 1e9,
+            "mean": figures[at],
+            "min": figures[at + 1],
+            "max": figures[at + 2],
+            "std": figures[at + 3],
+            "p50": figures[at + 4],
+            "p90": figures[at + 5],
+            "p99": figures[at + 6],
+        },
+    )
+    return stats
+
+
 def _new(
     count: int,
     total: float,
@@ -252,8 +275,19 @@ class Stats:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict of the stored fields."""
-        return asdict(self)
+        """JSON-safe dict of the stored fields (``dataclasses.asdict``'s, without its
+        recursive copy: a report writes one or two per path)."""
+        return {
+            "count": self.count,
+            "total": self.total,
+            "mean": self.mean,
+            "min": self.min,
+            "max": self.max,
+            "std": self.std,
+            "p50": self.p50,
+            "p90": self.p90,
+            "p99": self.p99,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Stats:

@@ -153,6 +153,13 @@ def c_only_probes() -> None:
     probe("NodeBase().add('x')", lambda: speedups.NodeBase().add("x"))
     probe("NodeBase().add(2**80)", lambda: speedups.NodeBase().add(2**80))
     probe("NodeBase().take()", lambda: speedups.NodeBase().take())
+    probe("take_tree(5, 0, None, None)", lambda: speedups.take_tree(5, 0, None, None))
+    probe(
+        "take_tree(node, 'x', None, None)",
+        lambda: speedups.take_tree(blank_frame[0], "x", None, None),
+    )
+    probe("take_tree(node, 0, [1], None)", lambda: speedups.take_tree(blank_frame[0], 0, [1], None))
+    probe("take_tree(node, 0, None, 5)", lambda: speedups.take_tree(blank_frame[0], 0, None, 5))
     probe("NodeBase().name", lambda: speedups.NodeBase().name)
     probe("NodeBase().level = 2**80", lambda: setattr(speedups.NodeBase(), "level", 2**80))
     probe("CallTimer()", lambda: speedups.CallTimer())

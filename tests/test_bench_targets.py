@@ -140,3 +140,70 @@ def test_rows_measured_above_another_compare_added_costs() -> None:
     assert per_op["decorated"] == [45.0] * 5
     with pytest.raises(ValueError, match="not another row"):
         paired.run_paired([paired.Contender("a", costing(1), baseline=True, above="b")])
+
+
+def _flush_bench(value_ns: float | None) -> dict[str, Any]:
+    extra: dict[str, Any] = {"label": "flush: 1000 paths x 10 calls", "inner": 1}
+    if value_ns is not None:
+        extra["value_ns"] = value_ns
+    return {
+        "group": "flush",
+        "name": "flush",
+        "stats": {"min": 1e-3, "median": 2e-3},
+        "extra_info": extra,
+    }
+
+
+def test_an_at_most_with_a_unit_is_an_absolute_target() -> None:
+    text = "## Targets\n\n| group | row | at most | peers |\n|---|---|---:|---|\n"
+    text += "| g | a | 2 µs | no |\n| g | b | 0.2 ms | no |\n"
+    text += "| g | c | 1.5 | no |\n| g | d | 30 ns | no |\n"
+    found = {t.label: (t.max_ratio, t.max_ns) for t in ratios.read_targets(text)}
+    assert found == {
+        "a": (float("inf"), 2000.0),
+        "b": (float("inf"), 200_000.0),
+        "c": (1.5, None),
+        "d": (float("inf"), 30.0),
+    }
+    docs = ratios.read_targets((ROOT / "docs" / "performance.md").read_text())
+    flush = next(t for t in docs if t.group == "flush")
+    assert (flush.label, flush.max_ns, flush.below_peers) == (
+        "flush: 1000 paths x 10 calls",
+        2000.0,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("value_ns", "status", "line"),
+    [
+        (570.0, 0, "met: flush / flush: 1000 paths x 10 calls: 570 ns <= 2,000 ns"),
+        (2500.0, 1, "MISSED: flush / flush: 1000 paths x 10 calls: 2,500 ns > 2,000 ns"),
+        (None, 1, "MISSED: flush / flush: 1000 paths x 10 calls: no value_ns in the benchmark"),
+    ],
+)
+def test_an_absolute_target_is_checked_against_value_ns(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    value_ns: float | None,
+    status: int,
+    line: str,
+) -> None:
+    data = _data(0.6, 2.0, 0.9)
+    data["benchmarks"].append(_flush_bench(value_ns))
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    assert ratios.main([str(path)]) == status
+    out = capsys.readouterr().out
+    assert f"- {line}\n" in out
+    if value_ns is not None:
+        assert f"value {value_ns:,.0f} ns" in out  # shown in the flush table too
+
+
+def test_an_absolute_target_not_run_is_not_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_data(0.6, 2.0, 0.9)))
+    assert ratios.main([str(path)]) == 0
+    assert "not measured: flush / flush: 1000 paths x 10 calls" in capsys.readouterr().out

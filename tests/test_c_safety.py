@@ -36,6 +36,7 @@ _C_NAMES = {
     "Active",
     "bool",
     "Dispatch",
+    "take_tree",
 }
 
 

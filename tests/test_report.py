@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 import instrument
+from instrument.report import RankStats
 from instrument.testing import FakeClock, capture_reports
 
 
@@ -75,3 +77,12 @@ def test_from_dict_rejects_non_reports() -> None:
 
 def test_empty_report_renders() -> None:
     assert "(no regions recorded)" in instrument.Report().render()
+
+
+def test_rank_stats_to_dict_has_every_field_in_order() -> None:
+    stats = RankStats(1.0, 2.0, 1.5, 0, 1, 2, per_rank=(1.0, None), slowest=1)
+    expected = dataclasses.asdict(stats)
+    expected["per_rank"] = [1.0, None]
+    assert stats.to_dict() == expected
+    assert list(stats.to_dict()) == [f.name for f in dataclasses.fields(RankStats)]
+    assert RankStats.from_dict(stats.to_dict()) == stats

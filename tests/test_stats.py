@@ -108,3 +108,10 @@ def test_negative_durations_count_as_zero_and_huge_ones_share_the_last_bucket() 
     assert bucket_counts([0, 0]) == {0: 2}
     assert bucket_counts([2**60, 2**61]) == {NBUCKETS - 1: 2}  # beyond ~68 h: one bucket
     assert Stats.empty() == Stats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_to_dict_has_every_field_in_order_as_asdict() -> None:
+    stats = Stats(3, 0.5, 0.25, 0.125, 1.5, 0.75, 0.2, 0.4, 0.45)
+    assert stats.to_dict() == dataclasses.asdict(stats)
+    assert list(stats.to_dict()) == [f.name for f in dataclasses.fields(Stats)]
+    assert Stats.from_dict(stats.to_dict()) == stats

@@ -54,6 +54,9 @@ path (a set per transition) while the reference lives; and a holder references i
 context, so the stack of a thread that ended with regions open is freed by the garbage
 collector rather than at once. Where CPython's context layout is not known (other versions)
 the C path sets the variable to the frame itself on every transition, as this module does.
+On 3.10 to 3.13 the C path also refills a closed frame that nothing else references,
+and its start-time int, instead of allocating new ones: a frame or a start time that Python
+code holds is never reused, so no one can see the difference.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ is loaded and leaves the Python definition in place otherwise (no extension buil
 
 - ``frames._get`` / ``frames._set`` (:func:`frame_accessors`): ``get_top`` / ``set_top``;
 - ``CpuRegion.__enter__/__exit__`` and ``SkippedRegion.__enter__/__exit__``
-  (:func:`install_region_methods`): ``RegionBase._cpu_enter/_cpu_exit/_skip_enter/_skip_exit``;
+  (:func:`install_region_methods`): ``RegionBase._cpu_enter/_cpu_exit/_skip_enter/_skip_exit``,
+  descriptors that bind to the same builtin method of a region every time (a ``with``
+  allocates no bound method);
 - the region fields (``region.RegionBase``): ``speedups.RegionBase`` (:func:`region_base`);
 - the decorator's sync call wrapper and wrapt's ``enabled=`` flag
   (:func:`sync_wrapper`, :func:`enabled_flag`): ``CallTimer``, ``Active``;

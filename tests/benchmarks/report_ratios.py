@@ -19,7 +19,10 @@ ratios, the figure the targets are checked against (in a group whose rows are me
 
 Targets: the table under "## Targets" in ``docs/performance.md`` (the one place they are
 written) — group, row, the highest ratio to the group's baseline it may have, and whether
-it must be cheaper than every peer in its group. The script prints each check and exits
+it must be cheaper than every peer in its group. An "at most" written with a unit
+(``2 µs``, ``0.2 ms``) is an absolute target instead: the row's ``extra_info["value_ns"]``
+(the figure the benchmark says it is about, e.g. ns per path of a flush) may be at most
+that; a row without a ``value_ns`` misses it. The script prints each check and exits
 with status 1 when a measured row misses its target (2 when the targets cannot be read).
 """
 
@@ -62,6 +65,7 @@ class Row:
     ratio_median: float | None = None  # paired rows: median of per-round ratios
     above: str | None = None  # paired rows: the row whose cost the ratio is measured above
     ratio_min: float | None = None
+    value_ns: float | None = None  # the figure an absolute target is checked against
 
 
 def load_rows(data: dict[str, Any]) -> list[Row]:
@@ -101,6 +105,7 @@ def load_rows(data: dict[str, Any]) -> list[Row]:
                 baseline=bool(extra.get("baseline", False)),
                 note=str(extra.get("note", "")),
                 floor=bool(extra.get("floor", False)),
+                value_ns=None if extra.get("value_ns") is None else float(extra["value_ns"]),
             )
         )
     return rows
@@ -186,12 +191,19 @@ def table(group: str, rows: Sequence[Row]) -> str:
             added = f" {_ns(above)} ns, {share} |"
         lines.append(
             f"| {row.label} | {_ns(row.min_ns)} | {_ns(row.median_ns)} | {ratio} |{added}"
-            f" {row.rounds} | {row.note} |"
+            f" {row.rounds} | {_value_note(row)} |"
         )
     if base is not None and len(baselines) > 1:
         lines.append("")
         lines.append(f"(several rows marked baseline; ratios use {base.label!r})")
     return "\n".join(lines)
+
+
+def _value_note(row: Row) -> str:
+    if row.value_ns is None:
+        return row.note
+    value = f"value {_ns(row.value_ns)} ns"
+    return f"{row.note}; {value}" if row.note else value
 
 
 def header(data: dict[str, Any]) -> str:
@@ -249,12 +261,28 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "performance.md"
 
 @dataclass(frozen=True)
 class Target:
-    """One line of the targets table."""
+    """One line of the targets table: a highest ratio to the baseline, or (``max_ns`` set)
+    a highest absolute ``value_ns``."""
 
     group: str
     label: str
     max_ratio: float
     below_peers: bool
+    max_ns: float | None = None
+
+
+#: ns per unit of an absolute target
+UNITS = {"ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def parse_limit(cell: str) -> tuple[float, float | None] | None:
+    """``(max ratio, None)`` for a plain number, ``(inf, max ns)`` for a number with a unit
+    (``2 µs``), ``None`` for anything else (the header and separator lines)."""
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|µs|us|ms|s)?", cell.strip())
+    if match is None:
+        return None
+    value, unit = float(match.group(1)), match.group(2)
+    return (value, None) if unit is None else (float("inf"), value * UNITS[unit])
 
 
 def read_targets(markdown: str) -> list[Target]:
@@ -267,12 +295,11 @@ def read_targets(markdown: str) -> list[Target]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 4 or not line.lstrip().startswith("|"):
             continue
-        group, label, ratio, peers = (c.strip("`") for c in cells)
-        try:
-            max_ratio = float(ratio)
-        except ValueError:
+        group, label, limit, peers = (c.strip("`") for c in cells)
+        parsed = parse_limit(limit)
+        if parsed is None:
             continue  # the header and separator lines
-        targets.append(Target(group, label, max_ratio, peers.lower() == "yes"))
+        targets.append(Target(group, label, parsed[0], peers.lower() == "yes", parsed[1]))
     if not targets:
         raise ValueError("the '## Targets' section has no table rows")
     return targets
@@ -285,6 +312,11 @@ def check_targets(rows: Sequence[Row], targets: Sequence[Target]) -> tuple[list[
     for t in targets:
         group = [r for r in rows if r.group == t.group]
         row = next((r for r in group if r.label == t.label), None)
+        if t.max_ns is not None:
+            line, met = _check_absolute(t, row)
+            lines.append(line)
+            ok = ok and met
+            continue
         base = next((r for r in group if r.baseline), None)
         if row is None or base is None:
             lines.append(f"not measured: {t.group} / {t.label}")
@@ -304,6 +336,22 @@ def check_targets(rows: Sequence[Row], targets: Sequence[Target]) -> tuple[list[
         detail = "; ".join(missed) if missed else f"ratio {ratio:.2f} <= {t.max_ratio:.2f}"
         lines.append(f"{verdict}: {t.group} / {t.label}: {detail}")
     return lines, ok
+
+
+def _check_absolute(t: Target, row: Row | None) -> tuple[str, bool]:
+    """The line of an absolute target and whether it was met (or not measured)."""
+    assert t.max_ns is not None
+    if row is None:
+        return f"not measured: {t.group} / {t.label}", True
+    if row.value_ns is None:
+        return f"MISSED: {t.group} / {t.label}: no value_ns in the benchmark", False
+    within = row.value_ns <= t.max_ns
+    sign = "<=" if within else ">"
+    verdict = "met" if within else "MISSED"
+    return (
+        f"{verdict}: {t.group} / {t.label}: {row.value_ns:,.0f} ns {sign} {t.max_ns:,.0f} ns",
+        within,
+    )
 
 
 def _ratio(row: Row, base: Row) -> float:
