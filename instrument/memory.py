@@ -107,22 +107,17 @@ def _kib_field(text: bytes, key: bytes) -> int | None:
     return int(parts[0]) * 1024 if parts and parts[0].isdigit() else None
 
 
-def _proc_status() -> dict[str, int]:
-    """``VmRSS`` and ``VmHWM`` in bytes from one read of ``/proc/self/status`` ({} without it)."""
+def _proc_status() -> tuple[int | None, int | None]:
+    """``(VmRSS, VmHWM)`` in bytes from one read of ``/proc/self/status`` (None: unknown)."""
     try:  # VmHWM and VmRSS come in the first KiB
         text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 4096, 0)
     except OSError:
-        return {}
+        return None, None
     start = text.find(b"VmHWM:")  # Linux writes "VmHWM: <kB> kB\nVmRSS: <kB> kB"
     parts = text[start : start + 64].split() if start >= 0 else []
     if len(parts) > 4 and parts[3] == b"VmRSS:" and parts[1].isdigit() and parts[4].isdigit():
-        return {"VmRSS": int(parts[4]) * 1024, "VmHWM": int(parts[1]) * 1024}
-    found: dict[str, int] = {}
-    for key in ("VmRSS", "VmHWM"):
-        value = _kib_field(text, key.encode() + b":")
-        if value is not None:
-            found[key] = value
-    return found
+        return int(parts[4]) * 1024, int(parts[1]) * 1024
+    return _kib_field(text, b"VmRSS:"), _kib_field(text, b"VmHWM:")
 
 
 def _lifetime_peak_rss() -> int | None:
@@ -170,18 +165,21 @@ class MemorySampler:
     def sample(self) -> dict[str, int]:
         """Memory now and since the previous sample, in bytes; then reset the peaks."""
         memory = self._sample_host()
-        memory.update(self._sample_device())
+        if cuda_ready():
+            memory.update(self._sample_device())
         return memory
 
     def _sample_host(self) -> dict[str, int]:
         memory: dict[str, int] = {}
-        status = _proc_status()
-        if "VmRSS" in status:
-            memory["host_rss"] = status["VmRSS"]
-        peak = status["VmHWM"] if "VmHWM" in status else _lifetime_peak_rss()
+        rss, peak = _proc_status()
+        if rss is not None:
+            memory["host_rss"] = rss
+        if peak is None:
+            peak = _lifetime_peak_rss()
         if peak is not None:
             memory["host_peak_rss"] = peak
-        self._reset_host_peak()
+        if self._host_peak_resets:
+            self._reset_host_peak()
         return memory
 
     def _reset_host_peak(self) -> None:

@@ -250,4 +250,4 @@ def test_status_lines_are_read_in_either_layout(
     status.write_bytes(text)
     monkeypatch.setattr(memory_module, "_PROC_STATUS", str(status))
     monkeypatch.setattr(memory_module, "_fds", {})
-    assert memory_module._proc_status() == {"VmRSS": 1024 * 1024, "VmHWM": 2048 * 1024}
+    assert memory_module._proc_status() == (1024 * 1024, 2048 * 1024)
