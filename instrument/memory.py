@@ -135,7 +135,8 @@ class MemorySampler:
     """Host and device memory per interval: each :meth:`sample` covers the time since the
     previous one (the first, the time since construction).
 
-    The host peak is reset by writing ``5`` to ``/proc/self/clear_refs`` (Linux 4.0+). Where
+    The host peak is reset by writing ``5`` to ``/proc/self/clear_refs`` (Linux 4.0+; skipped
+    when the peak read equals the RSS, which is what a reset would make it). Where
     that write fails (an old kernel, a sandbox without it, no ``/proc``),
     :attr:`host_peak_resets` is ``False`` and ``host_peak_rss`` is the process's lifetime peak.
 
@@ -178,7 +179,9 @@ class MemorySampler:
             peak = _lifetime_peak_rss()
         if peak is not None:
             memory["host_peak_rss"] = peak
-        if self._host_peak_resets:
+        # A peak equal to the RSS just read is already what a reset would make it (the
+        # kernel's peak is the larger of its last mark and the RSS): no write needed.
+        if self._host_peak_resets and (rss is None or peak is None or peak > rss):
             self._reset_host_peak()
         return memory
 

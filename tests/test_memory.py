@@ -251,3 +251,16 @@ def test_status_lines_are_read_in_either_layout(
     monkeypatch.setattr(memory_module, "_PROC_STATUS", str(status))
     monkeypatch.setattr(memory_module, "_fds", {})
     assert memory_module._proc_status() == (1024 * 1024, 2048 * 1024)
+
+
+def test_peak_is_reset_only_when_above_the_rss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resetting VmHWM sets it to the RSS: when the two are equal the write is skipped."""
+    sampler = MemorySampler()
+    resets: list[int] = []
+    monkeypatch.setattr(sampler, "_reset_host_peak", lambda: resets.append(1))
+    monkeypatch.setattr(memory_module, "_proc_status", lambda: (100 * MiB, 100 * MiB))
+    assert sampler.sample()["host_peak_rss"] == 100 * MiB
+    assert resets == []
+    monkeypatch.setattr(memory_module, "_proc_status", lambda: (100 * MiB, 300 * MiB))
+    assert sampler.sample()["host_peak_rss"] == 300 * MiB
+    assert resets == [1] or not sampler.host_peak_resets
