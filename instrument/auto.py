@@ -64,11 +64,18 @@ class ForwardCheck:
     (``names``: its ``forward`` and its submodules', since a LightningModule's
     ``training_step`` may call ``self.net(x)`` alone) has recorded yet, warns once: the model
     runs where instrument cannot see it (inside a function compiled by ``torch.compile``, or
-    another module than the one passed)."""
+    another module than the one passed). Once it has decided, it calls ``done(tick)``, which
+    puts ``tick`` in its place (the later steps pay nothing for the check)."""
 
-    def __init__(self, tick: Callable[[], object], names: Iterable[str]) -> None:
+    def __init__(
+        self,
+        tick: Callable[[], object],
+        names: Iterable[str],
+        done: Callable[[Callable[[], object]], None] = lambda tick: None,
+    ) -> None:
         self._tick = tick
         self._names = frozenset(names)
+        self._done = done
         self._ticks = 0
         self._seen = False
 
@@ -79,8 +86,11 @@ class ForwardCheck:
             self._seen = any(
                 node.name in self._names and node.has_records() for node in registry.walk()
             )
-            if not self._seen and self._ticks >= 2:
+            if self._seen:
+                self._done(self._tick)
+            elif self._ticks >= 2:
                 self._seen = True
+                self._done(self._tick)
                 warn_once(
                     "auto:forward-unseen",
                     "instrument.auto: the model's forward was not timed in the first "
@@ -332,6 +342,15 @@ def _check_not_instrumented(model: nn.Module) -> None:
         )
 
 
+def _hand_over(hooks: optim_hooks.OptimizerHooks) -> Callable[[Callable[[], object]], None]:
+    """What :class:`ForwardCheck` calls once it is done: its tick takes its place."""
+
+    def done(tick: Callable[[], object]) -> None:
+        hooks.on_step = tick
+
+    return done
+
+
 def _count(reporter: Reporter, count_batch: Callable[[Any], Any]) -> Callable[[Any], None]:
     def on_batch(batch: Any) -> None:
         samples, tokens = count_batch(batch)
@@ -373,8 +392,9 @@ def _install(
             meter = FlopMeter(handle.reporter)
             undo.append(meter.cancel)
             tick = meter.step
-        tick = ForwardCheck(tick, [t.name for t in targets]).step
         hooks = optim_hooks.OptimizerHooks(optimizers, tick, clock=clock)
+        check = ForwardCheck(tick, [t.name for t in targets], done=_hand_over(hooks))
+        hooks.on_step = check.step
         handle._optimizer_hooks = hooks
         handle.reporter.ticked_by_optimizer = True
         undo.append(hooks.remove)

@@ -42,8 +42,9 @@ def in_bad_fork() -> bool:
 
 
 def cuda_ready() -> bool:
-    """True when CUDA is available *and* already initialised in this process."""
-    return cuda.is_available() and cuda.is_initialized() and not in_bad_fork()
+    """True when CUDA is available *and* already initialised in this process (asked in
+    that order of cost: ``is_initialized()`` is a flag, ``is_available()`` asks the driver)."""
+    return cuda.is_initialized() and cuda.is_available() and not in_bad_fork()
 
 
 def check_clock(clock: object) -> None:

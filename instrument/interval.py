@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from instrument import registry
 from instrument.rank import rank_and_world
 from instrument.report import LazyNodes, Node, Report, SelfCost
-from instrument.stats import Accumulator, Stats, from_figures, stats_of
+from instrument.stats import Stats, Summary, from_figures, stats_of
 from instrument.throughput import Throughput
 
 
@@ -21,7 +21,7 @@ def build_report(
     collected: registry.Collected,
     *,
     steps: int,
-    step_ns: list[int],
+    step_time: Summary | None,
     normalizer: float | str,
     level: int | None,
     index: int = 0,
@@ -33,18 +33,15 @@ def build_report(
     self_cost: SelfCost | None = None,
 ) -> Report:
     """Turn one interval's collected columns (:func:`registry.collect`) into a normalized
-    :class:`Report`, whose nodes are built when first read."""
+    :class:`Report`, whose nodes are built when first read; ``step_time`` summarizes the
+    interval's step times (``NodeBase.take()``)."""
     scale = _scaler(normalizer, steps)
-    step_time = None
-    if steps:
-        acc = Accumulator()
-        acc.add_batch(step_ns)
-        step_time = scale(acc.to_stats())
+    step_stats = None if not steps or step_time is None else scale(stats_of(step_time))
     rank, world = rank_and_world()
     return Report(
         nodes=Rows(collected, scale, level),
         steps=steps,
-        step_time=step_time,
+        step_time=step_stats,
         normalizer=normalizer,
         index=index,
         step=step,

@@ -37,8 +37,14 @@ import os
 import signal
 import threading
 import weakref
+from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+try:  # the C function that signal.getsignal wraps: the raw handler, no enum made per call
+    from _signal import getsignal as _raw_getsignal  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - CPython always has it
+    _raw_getsignal = signal.getsignal
 
 if TYPE_CHECKING:
     from instrument.reporter import Reporter
@@ -151,14 +157,17 @@ def install_signal_handlers() -> None:
     """Handle SIGTERM and SIGHUP where their disposition is the default one; leave every
     other handler (the user's own, ``SIG_IGN``, one installed from C) alone. A no-op outside
     the main thread of the main interpreter (only it may set handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
     for signum in SIGNALS:
-        try:
-            if signal.getsignal(signum) is signal.SIG_DFL:
+        handler = _getsignal(signum)  # raw: SIG_DFL is the int 0, not the enum
+        if isinstance(handler, int) and handler == _SIG_DFL:
+            try:
                 signal.signal(signum, _on_signal)
-        except ValueError:  # not the main interpreter
-            return
+            except ValueError:  # not the main thread of the main interpreter
+                return
+
+
+_getsignal: Callable[[int], Any] = _raw_getsignal
+_SIG_DFL = int(signal.SIG_DFL)
 
 
 # -- fork ----------------------------------------------------------------------------------

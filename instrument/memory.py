@@ -25,6 +25,7 @@ read and reset host-side counters: nothing here synchronizes the device.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import torch
@@ -65,21 +66,58 @@ _DEVICE_COUNTS = (
 )
 
 
-def _proc_status() -> dict[str, int]:
-    """``VmRSS`` and ``VmHWM`` in bytes from one read of ``/proc/self/status`` ({} without it)."""
-    try:
-        with open(_PROC_STATUS, "rb") as f:
-            text = f.read()
+#: ``/proc`` files kept open in this process, by (path, flags): a flush reads and writes
+#: them with one system call each instead of an open, a read and a close.
+_fds: dict[tuple[str, int], int] = {}
+
+
+def _fd(path: str, flags: int) -> int:
+    """This process's descriptor of ``path`` (opened on first use); ``OSError`` if it
+    cannot be opened."""
+    key = (path, flags)
+    fd = _fds.get(key)
+    if fd is None:
+        fd = _fds[key] = os.open(path, flags)
+    return fd
+
+
+def _reopen_after_fork() -> None:
+    """In a forked child the inherited descriptors still name the parent's ``/proc`` files:
+    close them, so that the child opens its own."""
+    fds = list(_fds.values())
+    _fds.clear()
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reopen_after_fork)
+
+
+def _kib_field(text: bytes, key: bytes) -> int | None:
+    """The value of ``key`` (e.g. ``b"VmRSS:"``, a line ``VmRSS:   26000 kB``) in bytes."""
+    start = text.find(key)
+    if start < 0:
+        return None
+    end = text.find(b"\n", start)
+    parts = text[start + len(key) : end if end >= 0 else len(text)].split()
+    return int(parts[0]) * 1024 if parts and parts[0].isdigit() else None
+
+
+def _proc_status() -> tuple[int | None, int | None]:
+    """``(VmRSS, VmHWM)`` in bytes from one read of ``/proc/self/status`` (None: unknown)."""
+    try:  # VmHWM and VmRSS come in the first KiB
+        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 4096, 0)
     except OSError:
-        return {}
-    found: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.startswith((b"VmRSS:", b"VmHWM:")):
-            key, _, value = line.partition(b":")
-            parts = value.split()  # e.g. [b"26000", b"kB"]
-            if parts and parts[0].isdigit():
-                found[key.decode()] = int(parts[0]) * 1024
-    return found
+        return None, None
+    start = text.find(b"VmHWM:")  # Linux writes "VmHWM: <kB> kB\nVmRSS: <kB> kB"
+    parts = text[start : start + 64].split() if start >= 0 else []
+    if len(parts) > 4 and parts[3] == b"VmRSS:" and parts[1].isdigit() and parts[4].isdigit():
+        return int(parts[4]) * 1024, int(parts[1]) * 1024
+    return _kib_field(text, b"VmRSS:"), _kib_field(text, b"VmHWM:")
 
 
 def _lifetime_peak_rss() -> int | None:
@@ -97,7 +135,8 @@ class MemorySampler:
     """Host and device memory per interval: each :meth:`sample` covers the time since the
     previous one (the first, the time since construction).
 
-    The host peak is reset by writing ``5`` to ``/proc/self/clear_refs`` (Linux 4.0+). Where
+    The host peak is reset by writing ``5`` to ``/proc/self/clear_refs`` (Linux 4.0+; skipped
+    when the peak read equals the RSS, which is what a reset would make it). Where
     that write fails (an old kernel, a sandbox without it, no ``/proc``),
     :attr:`host_peak_resets` is ``False`` and ``host_peak_rss`` is the process's lifetime peak.
 
@@ -127,26 +166,30 @@ class MemorySampler:
     def sample(self) -> dict[str, int]:
         """Memory now and since the previous sample, in bytes; then reset the peaks."""
         memory = self._sample_host()
-        memory.update(self._sample_device())
+        if cuda_ready():
+            memory.update(self._sample_device())
         return memory
 
     def _sample_host(self) -> dict[str, int]:
         memory: dict[str, int] = {}
-        status = _proc_status()
-        if "VmRSS" in status:
-            memory["host_rss"] = status["VmRSS"]
-        peak = status["VmHWM"] if "VmHWM" in status else _lifetime_peak_rss()
+        rss, peak = _proc_status()
+        if rss is not None:
+            memory["host_rss"] = rss
+        if peak is None:
+            peak = _lifetime_peak_rss()
         if peak is not None:
             memory["host_peak_rss"] = peak
-        self._reset_host_peak()
+        # A peak equal to the RSS just read is already what a reset would make it (the
+        # kernel's peak is the larger of its last mark and the RSS): no write needed.
+        if self._host_peak_resets and (rss is None or peak is None or peak > rss):
+            self._reset_host_peak()
         return memory
 
     def _reset_host_peak(self) -> None:
         if not self._host_peak_resets:
             return
-        try:
-            with open(_CLEAR_REFS, "w") as f:
-                f.write("5")  # 5: reset the peak RSS (VmHWM) to the current RSS
+        try:  # 5: reset the peak RSS (VmHWM) to the current RSS
+            os.write(_fd(_CLEAR_REFS, os.O_WRONLY), b"5")
         except OSError:
             self._host_peak_resets = False
 

@@ -27,6 +27,7 @@ from instrument.lifecycle import live_reporters as live_reporters
 from instrument.memory import MemorySampler
 from instrument.regions import frames
 from instrument.regions.region import check_level
+from instrument.registry import NodeBase
 from instrument.report import Report, SelfCost
 from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
@@ -226,7 +227,8 @@ class Reporter:
         self._closed = False
         self._exiting = False  # set by the flush at interpreter exit
         self._run_steps = 0  # steps of earlier intervals (for warm-up)
-        self._pending: list[int | None] = [None, None]  # samples, tokens of the open step
+        self._pending: list[int | None] | None = None  # samples, tokens of the open step
+        self._step_times = NodeBase()  # the interval's step times (its take() resets it)
         self._last_tick = _state.now()
         self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
         self._start_interval()
@@ -236,10 +238,11 @@ class Reporter:
     def _start_interval(self) -> None:
         """Begin a new interval: no steps, counts or step times yet (the open step's counts
         and the last tick carry over: a step spans the flush)."""
-        self._samples: list[int | None] = []
-        self._tokens: list[int | None] = []
         self._steps = 0
-        self._step_ns: list[int] = []
+        self._warm_steps = 0  # steps of this interval left out of throughput (warm-up)
+        self._counted_ns = 0  # the time of the others
+        self._samples: int | None = None  # what they counted (None: nothing)
+        self._tokens: int | None = None
         self._start_wall = clocks.wall_time()
         self._start_ns = _state.now()
 
@@ -262,6 +265,8 @@ class Reporter:
     def count(self, samples: int | None = None, tokens: int | None = None) -> None:
         """Add samples and tokens to the current step without ending it."""
         pending = self._pending
+        if pending is None:
+            pending = self._pending = [None, None]
         for i, (name, value) in enumerate((("samples", samples), ("tokens", tokens))):
             if value is not None:
                 pending[i] = (pending[i] or 0) + (_check_count(name, value) or 0)
@@ -272,15 +277,29 @@ class Reporter:
         now = _state.now()
         if samples is not None or tokens is not None:
             self.count(samples, tokens)
-        self._samples.append(self._pending[0])
-        self._tokens.append(self._pending[1])
-        self._pending = [None, None]
-        self._step_ns.append(now - self._last_tick)
+        spent = now - self._last_tick
         self._last_tick = now
+        self._step_times.add(spent)
+        if self._run_steps + self._steps < self.warmup:
+            self._warm_steps += 1
+            self._pending = None
+        else:
+            self._counted_ns += spent
+            if self._pending is not None:
+                self._add_counts()
         self._steps += 1
         if self.every is not None and self._steps >= self.every:
             return self.flush()
         return None
+
+    def _add_counts(self) -> None:
+        """Add the ended step's samples and tokens to the interval's."""
+        samples, tokens = self._pending or (None, None)
+        self._pending = None
+        if samples is not None:
+            self._samples = (self._samples or 0) + samples
+        if tokens is not None:
+            self._tokens = (self._tokens or 0) + tokens
 
     @contextlib.contextmanager
     def measure_flops(self) -> Iterator[None]:
@@ -290,17 +309,22 @@ class Reporter:
             yield
         self.flops_per_step = flops[0]
 
-    def _throughput(self, step_ns: list[int]) -> Throughput | None:
+    def _throughput(self) -> Throughput | None:
         flops = self.flops_per_step if isinstance(self.flops_per_step, float) else None
         peak = self.peak_flops
-        if peak is None and flops is not None and clocks.cuda_ready():
-            peak = peaks.device_peak_flops(self.peak_dtype)
-        _warn_unmeasured(self, flops, peak, self._run_steps + len(step_ns))
+        if flops is not None and peak is None:
+            if clocks.cuda_ready():
+                peak = peaks.device_peak_flops(self.peak_dtype)
+            if peak is None:
+                _warn_unmeasured(self, flops, peak, self._run_steps + self._steps)
+        elif flops is None and self.flops_per_step == "auto":
+            _warn_unmeasured(self, flops, peak, self._run_steps + self._steps)
         return throughput.compute(
-            step_ns,
-            self._samples,
-            self._tokens,
-            warmup=max(self.warmup - self._run_steps, 0),
+            self._steps - self._warm_steps,
+            self._counted_ns,
+            samples=self._samples,
+            tokens=self._tokens,
+            warmup_steps=self._warm_steps,
             flops_per_step=flops,
             peak_flops=peak,
         )
@@ -320,8 +344,8 @@ class Reporter:
         hooked_ns = selfcost.hook_ns()  # likewise, at the first flush after auto()
         began = _state.now()
         collected = registry.collect(registry.open_calls(frames._get()))
-        steps, step_ns = self._steps, self._step_ns
-        rates = self._throughput(step_ns)
+        steps, step_time = self._steps, self._step_times.take()
+        rates = self._throughput()
         memory = self._memory.sample() if self._memory is not None else {}
         regions, hooked = selfcost.count(collected)
         cost = SelfCost(
@@ -339,7 +363,7 @@ class Reporter:
         report = build_report(
             collected,
             steps=steps,
-            step_ns=step_ns,
+            step_time=step_time,
             normalizer=self.normalizer,
             level=self.level,
             index=self._index,

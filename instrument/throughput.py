@@ -1,16 +1,17 @@
 """Throughput over exactly the interval of the timers: steps/s, samples/s, tokens/s,
 TFLOP/s and MFU.
 
-The reporter keeps, per step of the interval, the step's time (between ticks) and the
-samples and tokens counted for it (``instrument.step(samples=, tokens=)`` or
-``instrument.count(...)``). The first ``warmup`` steps of the run (compilation, cuDNN
-autotuning, allocator warm-up) are left out of the rates but not out of the timers.
+The reporter adds up, per interval, the steps' times (between ticks) and the samples and
+tokens counted for them (``instrument.step(samples=, tokens=)`` or ``instrument.count(...)``),
+as the steps end: a flush reads four numbers. The first ``warmup`` steps of the run
+(compilation, cuDNN autotuning, allocator warm-up) are left out of the rates but not out
+of the timers.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -68,46 +69,45 @@ def _rate(amount: float | None, seconds: float) -> float | None:
 
 
 def compute(
-    step_ns: Sequence[int],
-    samples: Sequence[int | None],
-    tokens: Sequence[int | None],
+    steps: int,
+    step_ns: int,
     *,
-    warmup: int,
+    samples: int | None,
+    tokens: int | None,
+    warmup_steps: int,
     flops_per_step: float | None,
     peak_flops: float | None,
 ) -> Throughput | None:
-    """Throughput of one interval from its per-step times and counts; the first ``warmup``
-    steps are skipped. ``None`` when the interval has no step."""
-    if not step_ns:
+    """Throughput of one interval: ``steps`` counted steps (past warm-up) that took
+    ``step_ns`` together and consumed ``samples`` and ``tokens`` (None: none counted), after
+    ``warmup_steps`` skipped ones. ``None`` when the interval has no step at all."""
+    if not steps and not warmup_steps:
         return None
-    skip = min(warmup, len(step_ns))
-    times = step_ns[skip:]
-    seconds = sum(times) / 1e9
-    steps = len(times)
-
-    def total(values: Sequence[int | None]) -> int | None:
-        known = [v for v in values[skip:] if v is not None]
-        return sum(known) if known else None
-
-    n_samples, n_tokens = total(samples), total(tokens)
+    seconds = step_ns / 1e9
     flops = None if flops_per_step is None or not steps else flops_per_step * steps
     flop_rate = _rate(flops, seconds)
     tflops = None if flop_rate is None else flop_rate / 1e12
     mfu = None if flop_rate is None or not peak_flops else flop_rate / peak_flops
-    return Throughput(
-        steps=steps,
-        seconds=seconds,
-        samples=n_samples,
-        tokens=n_tokens,
-        steps_per_sec=_rate(steps, seconds) if steps else None,
-        samples_per_sec=_rate(n_samples, seconds),
-        tokens_per_sec=_rate(n_tokens, seconds),
-        flops_per_step=flops_per_step,
-        tflops=tflops,
-        peak_tflops=None if not peak_flops else peak_flops / 1e12,
-        mfu=mfu,
-        warmup_steps=skip,
+    rates = object.__new__(Throughput)  # without the frozen dataclass's per-field setattr
+    object.__setattr__(
+        rates,
+        "__dict__",
+        {
+            "steps": steps,
+            "seconds": seconds,
+            "samples": samples,
+            "tokens": tokens,
+            "steps_per_sec": _rate(steps, seconds) if steps else None,
+            "samples_per_sec": _rate(samples, seconds),
+            "tokens_per_sec": _rate(tokens, seconds),
+            "flops_per_step": flops_per_step,
+            "tflops": tflops,
+            "peak_tflops": None if not peak_flops else peak_flops / 1e12,
+            "mfu": mfu,
+            "warmup_steps": warmup_steps,
+        },
     )
+    return rates
 
 
 @contextlib.contextmanager

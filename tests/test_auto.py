@@ -520,3 +520,39 @@ def test_inductor_compiled_model_trains_under_auto(sink: InMemory) -> None:
     assert report["forward"].count == 2
     assert report.steps == 2
     torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_module_forward_enters_its_region_through_the_c_call_path(sink: InMemory) -> None:
+    """With the C accelerator a module's timed forward calls the decorator's C wrapper (one
+    call enters the region, runs forward and exits) instead of a ``with`` block."""
+    from instrument.regions import native
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    handle = instrument.auto(model, every=None, sinks=[sink], collectives=False)
+    forward = model[0].__dict__["forward"].__func__
+    cells = dict(zip(forward.__code__.co_freevars, forward.__closure__ or (), strict=True))
+    if native.timed_types is None:  # pure Python: the with-block
+        assert "direct" not in cells
+    else:
+        assert isinstance(cells["direct"].cell_contents, native.timed_types)
+    model(torch.zeros(1, 2))
+    report = handle.reporter.flush()
+    handle.remove()
+    assert report["forward/0"].count == 1
+
+
+def test_optimizer_ticks_the_reporter_directly_after_the_first_steps(sink: InMemory) -> None:
+    """The first steps' check that the model's forward was seen hands its tick over once
+    decided: the later steps' post hook calls the reporter's ``step`` itself."""
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = instrument.auto(model, opt, every=None, sinks=[sink], collectives=False)
+    hooks = handle._optimizer_hooks
+    assert hooks is not None
+    for _ in range(2):
+        model(torch.zeros(1, 2)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert hooks.on_step == handle.reporter.step
+    assert handle.reporter.steps == 2
+    handle.remove()

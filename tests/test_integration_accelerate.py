@@ -15,6 +15,19 @@ from instrument.sinks import InMemory  # noqa: E402
 N_BATCHES = 8
 
 
+@pytest.fixture(autouse=True)
+def _fresh_accelerator_state() -> None:
+    """Accelerate keeps its state in process-wide singletons (``AcceleratorState``,
+    ``GradientState``): a transformers ``Trainer(torch_compile=True)`` run earlier in the
+    process left its dynamo plugin there, and the next ``Accelerator()`` compiled the model
+    it prepared (one compiled ``forward``, no module regions below it). Start each test from
+    a fresh state, as Accelerate's own tests do."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
 def parts() -> tuple[nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader[object]]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))

@@ -210,3 +210,57 @@ def test_allocation_retries_on_a_gpu(caplog: pytest.LogCaptureFixture) -> None:
     assert memory["device_ooms"] == 0
     assert "1 CUDA allocation retry on cuda:" in caplog.text
     assert sampler.sample()["device_alloc_retries"] == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_forked_child_reads_its_own_proc_files() -> None:
+    """The sampler keeps /proc/self/status open; a forked child must not read its parent's."""
+    import os
+
+    sampler = MemorySampler()
+    sampler.sample()  # opens the files in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            sampler.sample()
+            fd = memory_module._fds[(memory_module._PROC_STATUS, os.O_RDONLY)]
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            os.write(write, target.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        target = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert target == f"/proc/{pid}/status"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"Name:\tpython\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\nRssAnon:\t 1 kB\n",
+        b"Name:\tpython\nVmRSS:\t    1024 kB\nOther:\t 1 kB\nVmHWM:\t    2048 kB\n",  # other order
+    ],
+)
+def test_status_lines_are_read_in_either_layout(
+    text: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status = tmp_path / "status"
+    status.write_bytes(text)
+    monkeypatch.setattr(memory_module, "_PROC_STATUS", str(status))
+    monkeypatch.setattr(memory_module, "_fds", {})
+    assert memory_module._proc_status() == (1024 * 1024, 2048 * 1024)
+
+
+def test_peak_is_reset_only_when_above_the_rss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resetting VmHWM sets it to the RSS: when the two are equal the write is skipped."""
+    sampler = MemorySampler()
+    resets: list[int] = []
+    monkeypatch.setattr(sampler, "_reset_host_peak", lambda: resets.append(1))
+    monkeypatch.setattr(memory_module, "_proc_status", lambda: (100 * MiB, 100 * MiB))
+    assert sampler.sample()["host_peak_rss"] == 100 * MiB
+    assert resets == []
+    monkeypatch.setattr(memory_module, "_proc_status", lambda: (100 * MiB, 300 * MiB))
+    assert sampler.sample()["host_peak_rss"] == 300 * MiB
+    assert resets == [1] or not sampler.host_peak_resets

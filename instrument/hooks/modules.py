@@ -34,6 +34,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from instrument.hooks import patches
+from instrument.regions.decorators import direct_call
 from instrument.regions.frames import ROOT_FRAME, Frame, _get, _set
 from instrument.regions.region import Region, region_for
 from instrument.registry import ROOT, PathNode
@@ -202,13 +203,24 @@ class ModuleHooks:
         own = module.__dict__.get("forward")
         call = own if own is not None else type(module).forward
         bound_own = own is not None
+        direct = direct_call(call, region)  # C: the region entered and left in one call
 
-        @functools.wraps(call)
-        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if compiling():
-                return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
-            with region:
-                return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
+        if direct is not None:
+
+            @functools.wraps(call)
+            def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+                if compiling():  # Dynamo traces this branch: no graph break
+                    return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
+                return direct(*args, **kwargs) if bound_own else direct(self, *args, **kwargs)
+
+        else:
+
+            @functools.wraps(call)
+            def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+                if compiling():
+                    return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
+                with region:
+                    return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
 
         timed = types.MethodType(forward, module)
         module.__dict__["forward"] = timed

@@ -103,7 +103,9 @@ class OptimizerHooks:
     ) -> None:
         self.skipped_steps = 0
         self._region = region_for("optimizer", clock)
-        self._on_step = on_step
+        #: Called after the ticking optimizer's step; may be replaced (``auto``'s first-steps
+        #: check hands over to the reporter's tick this way).
+        self.on_step = on_step
         self._ticker = optimizers[-1] if optimizers else None
         self._scaled = False  # inside GradScaler.step: that wrapper times and ticks
         self._stepped = False
@@ -126,9 +128,12 @@ class OptimizerHooks:
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if self._scaled or compiling():
             return None
-        if _get()[3] is self._region:  # a step that raised never ran its post hook
-            abandon(self._region)
-        self._region.__enter__()
+        region = self._region
+        if _get()[3] is region:  # a step that raised never ran its post hook
+            abandon(region)
+        region.__enter__()
+        if not kwargs and len(args) < 2:  # step(): no closure
+            return None
         # args are step()'s own: (optimizer, closure?, ...)
         if len(args) > 1 and callable(args[1]):
             return (args[0], self._time_closure(args[1]), *args[2:]), kwargs
@@ -171,7 +176,7 @@ class OptimizerHooks:
             return
         self._region.__exit__(None, None, None)
         if optimizer is self._ticker:
-            self._on_step()
+            self.on_step()
 
     def scaler_step(
         self, optimizer: torch.optim.Optimizer, call: Callable[..., Any], args: Any, kwargs: Any
@@ -188,7 +193,7 @@ class OptimizerHooks:
         if not self._stepped:
             self.skipped_steps += 1
         if optimizer is self._ticker:
-            self._on_step()
+            self.on_step()
         return result
 
     def remove(self) -> None:

@@ -38,6 +38,23 @@ def decorate(func: F, region: Region) -> F:
     return native.function_wrapper(func, wrapper)(func, wrapper, enabled)  # type: ignore[no-any-return]
 
 
+def direct_call(func: F, region: Region) -> F | None:
+    """``func`` timed as ``region`` by the C call wrapper — one call that enters the region,
+    calls ``func`` and exits, cheaper than a ``with`` block around the call — or None where
+    there is none (pure Python, generator and coroutine functions): time it with ``with``."""
+    if native.timed_types is None:
+        return None
+    target = getattr(func, "__func__", func)
+    if not inspect.isfunction(target) or (
+        inspect.iscoroutinefunction(target)
+        or inspect.isasyncgenfunction(target)
+        or inspect.isgeneratorfunction(target)
+    ):
+        return None
+    timed = decorate(func, region)
+    return timed if isinstance(timed, native.timed_types) else None
+
+
 class _NamedByFunction:
     """``timed()`` / ``timed(clock=...)`` with no name: a decorator naming by ``__qualname__``."""
 
