@@ -56,6 +56,16 @@ def hook_ns() -> float:
     return _hook_ns
 
 
+def reset() -> None:
+    """Forget every registration and the hook calibration (the region's is kept: it is a
+    property of the machine). For :func:`instrument.testing.reset`, after the handles
+    were removed."""
+    global _hook_calibration, _hook_ns
+    _hooked.clear()
+    _retired.clear()
+    _hook_calibration = _hook_ns = None
+
+
 def count_hooked(names: Iterable[str], calibrate: Callable[[], float]) -> Callable[[], None]:
     """Count the calls of paths named ``names`` as entered through hooks, until the first
     :func:`count` after the returned undo runs (idempotent). ``calibrate()`` measures one

@@ -83,7 +83,7 @@ def reset() -> None:
         live._detach()
     for handle in installed_handles():
         handle.remove()
-    selfcost._retired.clear()  # what the removed handles' hooks recorded is dropped below
+    selfcost.reset()  # what the removed handles' hooks recorded is dropped below
     _state.enabled = True
     _state.level = None
     observe.reset()
