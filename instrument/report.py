@@ -540,13 +540,15 @@ class Report:
             )
         step_time = data.get("step_time")
         normalizer = data.get("normalizer", 1.0)
+        if isinstance(normalizer, str) and normalizer != "steps":
+            raise ValueError(f"unknown normalizer {normalizer!r}; expected a number or 'steps'")
         rates = data.get("throughput")
         cost = data.get("self_cost")
         return cls(
             nodes=tuple(Node.from_dict(node) for node in data["nodes"]),
             steps=int(data.get("steps", 0)),
             step_time=None if step_time is None else Stats.from_dict(step_time),
-            normalizer=normalizer if isinstance(normalizer, str) else float(normalizer),
+            normalizer="steps" if normalizer == "steps" else float(normalizer),
             index=int(data.get("index", 0)),
             step=int(data.get("step", 0)),
             start_time=float(data.get("start_time", 0.0)),

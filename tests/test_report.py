@@ -73,6 +73,9 @@ def test_from_dict_rejects_non_reports() -> None:
         instrument.Report.from_dict({"foo": 1})
     with pytest.raises(ValueError, match="unsupported report version 99"):
         instrument.Report.from_dict({"nodes": [], "version": 99})
+    with pytest.raises(ValueError, match="unknown normalizer 'nan'; expected a number or 'steps'"):
+        instrument.Report.from_dict({"nodes": [], "normalizer": "nan"})  # found by the CLI fuzz
+    assert instrument.Report.from_dict({"nodes": [], "normalizer": 2}).normalizer == 2.0
 
 
 def test_empty_report_renders() -> None:
