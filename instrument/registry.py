@@ -486,10 +486,9 @@ def collect(open_now: list[OpenCall] | None = None) -> Collected:
             ROOT, limit, keep or None, concurrent
         )
         _live_paths -= released
-        figures, links = array("d"), array("q")
-        figures.frombytes(fig)
-        links.frombytes(lnk)
-        collected = Collected(nodes, paths, modes, Host(counts, totals, figures), links, regions)
+        figures, links = array("d", fig), array("q", lnk)  # (from bytes: their frombytes)
+        host = tuple.__new__(Host, (counts, totals, figures))  # (not the NamedTuple's __new__)
+        collected = Collected(nodes, paths, modes, host, links, regions)
         adjust = _split_open(open_now, collected)
     collected.device = _resolve(batch, early)
     collected.bytes = moved
