@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from instrument import registry
 from instrument.rank import rank_and_world
-from instrument.report import LazyNodes, Node, Report, SelfCost
+from instrument.report import LazyNodes, Node, Report, SelfCost, unchecked
 from instrument.stats import Stats, Summary, from_figures, stats_of
 from instrument.throughput import Throughput
 
@@ -38,7 +38,8 @@ def build_report(
     scale = _scaler(normalizer, steps)
     step_stats = None if not steps or step_time is None else scale(stats_of(step_time))
     rank, world = rank_and_world()
-    return Report(
+    return unchecked(
+        Report,
         nodes=Rows(collected, scale, level),
         steps=steps,
         step_time=step_stats,
@@ -95,11 +96,16 @@ class Rows(LazyNodes):
         )
         concurrent = set(registry.concurrent)  # (one copy: other threads may add to it)
         sparse = (collected.device, collected.bytes, collected.adjust_ns, collected.open)
-        if any(sparse) or concurrent:
-            keys = concurrent.union(*sparse)
-            rows = collected.rows_of(keys)
-        else:
-            rows = {}
+        if not (any(sparse) or concurrent):
+            self.device, self.bytes, self.adjust, self.open, self.concurrent = (
+                {},
+                {},
+                {},
+                set(),
+                set(),
+            )
+            return
+        rows = collected.rows_of(concurrent.union(*sparse))
         self.device = {rows[k]: v for k, v in collected.device.items() if k in rows}
         self.bytes = {rows[k]: v for k, v in collected.bytes.items() if k in rows}
         self.adjust = {rows[k]: v for k, v in collected.adjust_ns.items() if k in rows}

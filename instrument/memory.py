@@ -110,7 +110,8 @@ def _kib_field(text: bytes, key: bytes) -> int | None:
 def _proc_status() -> tuple[int | None, int | None]:
     """``(VmRSS, VmHWM)`` in bytes from one read of ``/proc/self/status`` (None: unknown)."""
     try:  # VmHWM and VmRSS come in the first KiB
-        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 4096, 0)
+        fd = _fds.get((_PROC_STATUS, os.O_RDONLY))
+        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY) if fd is None else fd, 4096, 0)
     except OSError:
         return None, None
     start = text.find(b"VmHWM:")  # Linux writes "VmHWM: <kB> kB\nVmRSS: <kB> kB"
@@ -165,12 +166,7 @@ class MemorySampler:
 
     def sample(self) -> dict[str, int]:
         """Memory now and since the previous sample, in bytes; then reset the peaks."""
-        memory = self._sample_host()
-        if cuda_ready():
-            memory.update(self._sample_device())
-        return memory
-
-    def _sample_host(self) -> dict[str, int]:
+        # (the host's sample inline: a flush runs it every interval)
         memory: dict[str, int] = {}
         rss, peak = _proc_status()
         if rss is not None:
@@ -183,6 +179,8 @@ class MemorySampler:
         # kernel's peak is the larger of its last mark and the RSS): no write needed.
         if self._host_peak_resets and (rss is None or peak is None or peak > rss):
             self._reset_host_peak()
+        if cuda_ready():
+            memory.update(self._sample_device())
         return memory
 
     def _reset_host_peak(self) -> None:

@@ -22,6 +22,13 @@ import torch
 
 __all__ = ["group_ready", "rank", "rank_and_world"]
 
+#: The real ``torch.distributed`` (``None`` where this build has none).
+_REAL: Any = getattr(torch, "distributed", None)
+
+#: ``rank_and_world()``'s last answer with what it depends on: the real module's default
+#: group and the three functions asked (the same objects give the same answer).
+_cached: tuple[Any, Any, Any, Any, tuple[int, int]] | None = None
+
 
 def _dist() -> Any:
     """Whatever ``torch.distributed`` is right now (the real module or a test's stub)."""
@@ -53,7 +60,34 @@ def rank(group: Any = None, *, default: int = 0) -> int:
 
 
 def rank_and_world() -> tuple[int, int]:
-    """This process's global rank and the world size; ``(0, 1)`` without a process group."""
+    """This process's global rank and the world size; ``(0, 1)`` without a process group.
+
+    With the real ``torch.distributed`` the answer is kept until its default group (or one
+    of the functions asked) is another object: a flush does not walk ``torch.distributed``.
+    """
+    global _cached
+    dist = _dist()
+    if dist is None or dist is not _REAL:  # a stub module: ask it every time
+        return _rank_and_world()
+    try:
+        world = dist.distributed_c10d._world._default_pg
+    except AttributeError:  # no process groups in this build, or another torch layout
+        return _rank_and_world()
+    cached = _cached
+    if (
+        cached is not None
+        and cached[0] is world
+        and cached[1] is dist.is_initialized
+        and cached[2] is dist.get_rank
+        and cached[3] is dist.get_world_size
+    ):
+        return cached[4]
+    answer = _rank_and_world()
+    _cached = (world, dist.is_initialized, dist.get_rank, dist.get_world_size, answer)
+    return answer
+
+
+def _rank_and_world() -> tuple[int, int]:
     if not group_ready():
         return 0, 1
     dist = _dist()

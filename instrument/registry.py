@@ -433,6 +433,8 @@ def _split_open(open_now: list[OpenCall], collected: Collected) -> dict[PathNode
     """Per node: ns to add to this interval's total for calls open now or closed since an
     earlier flush (see :class:`Collected`)."""
     global _carried
+    if not open_now and not _carried:
+        return {}  # nothing open now or at an earlier flush
     thread = _flusher_token()
     adjust: dict[PathNode, int] = {}
     carried: dict[tuple[object, PathNode, int], int] = {}
@@ -463,27 +465,30 @@ def _split_open(open_now: list[OpenCall], collected: Collected) -> dict[PathNode
 TakenTree = tuple[list[Any], list[str], list[str], list[int], list[int], bytes, bytes, int, int]
 
 
+#: Whether reference counts tell what holds a path (not on PyPy): idle paths are released.
+_REFCOUNTS = hasattr(sys, "getrefcount")
+
+
 def collect(open_now: list[OpenCall] | None = None) -> Collected:
     """Snapshot and reset every path; resolve pending device events; split the calls in
     ``open_now`` (:func:`open_calls` of the flushing context) at this flush; release the
     paths idle for :data:`idle_flushes` flushes."""
     global _bytes, _early, _live_paths
     open_now = open_now or []
-    opened = {call[0] for call in open_now}
+    opened = {call[0] for call in open_now} if open_now else set()
     with _lock:
         moved, _bytes = _bytes, {}
         batch = _swap_pending()
         early, _early = _early, {}
         keep = opened.union([item[0] for item in batch], early) if batch or early else opened
-        limit = idle_flushes if hasattr(sys, "getrefcount") else sys.maxsize
+        limit = idle_flushes if _REFCOUNTS else sys.maxsize
         nodes, paths, modes, counts, totals, fig, lnk, regions, released = take_tree(
             ROOT, limit, keep or None, concurrent
         )
         _live_paths -= released
-        figures, links = array("d"), array("q")
-        figures.frombytes(fig)
-        links.frombytes(lnk)
-        collected = Collected(nodes, paths, modes, Host(counts, totals, figures), links, regions)
+        figures, links = array("d", fig), array("q", lnk)  # (from bytes: their frombytes)
+        host = tuple.__new__(Host, (counts, totals, figures))  # (not the NamedTuple's __new__)
+        collected = Collected(nodes, paths, modes, host, links, regions)
         adjust = _split_open(open_now, collected)
     collected.device = _resolve(batch, early)
     collected.bytes = moved
@@ -629,6 +634,8 @@ def _swap_pending() -> list[tuple[PathNode, Any, Any, int]]:
     out last time by a thread that had already read it. The caller holds ``_lock``."""
     global pending, _pending_retired, _pending_retired_len
     events = pending
+    if not events and (_pending_retired is None or len(_pending_retired) <= _pending_retired_len):
+        return []  # nothing to take: the empty list stays (appends to it come next time)
     pending = _Pending()
     late: list[tuple[PathNode, Any, Any, int]] = []
     if _pending_retired is not None and len(_pending_retired) > _pending_retired_len:
@@ -644,6 +651,8 @@ def _resolve(
     """Device durations per node: the pairs folded ``early`` (:func:`_fold_completed`) and
     those of ``batch``, waiting only for these events."""
     out = early
+    if not batch:
+        return out
     durations: dict[PathNode, list[int]] = {}
     for node, start, end, device in batch:
         ms = clocks.pair_ms((start, end, device))

@@ -28,7 +28,7 @@ from instrument.memory import MemorySampler
 from instrument.regions import frames
 from instrument.regions.region import check_level
 from instrument.registry import NodeBase
-from instrument.report import Report, SelfCost
+from instrument.report import Report, SelfCost, unchecked
 from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
 from instrument.throughput import Throughput
@@ -348,7 +348,8 @@ class Reporter:
         rates = self._throughput()
         memory = self._memory.sample() if self._memory is not None else {}
         regions, hooked = selfcost.count(collected)
-        cost = SelfCost(
+        cost = unchecked(
+            SelfCost,
             regions=regions,
             region_ns=region_ns,
             flush_seconds=self._last_flush_ns / 1e9,

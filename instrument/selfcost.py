@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from itertools import compress
+from operator import attrgetter
 
 from instrument.regions import frames
 from instrument.regions.region import CpuRegion
@@ -24,12 +26,17 @@ from instrument.registry import Collected, PathNode
 CALLS = 1000
 ROUNDS = 5
 
+_name = attrgetter("name")
+
 _region_ns: float | None = None
 
 #: The region names each live ``auto()`` handle enters through its hooks; a removed
 #: handle's names still count at the next :func:`count` (what its hooks recorded).
 _hooked: list[frozenset[str]] = []
 _retired: list[frozenset[str]] = []
+#: The union of ``_hooked`` and ``_retired``, made at the first :func:`count` after either
+#: changed (``None``: to be made again).
+_names: frozenset[str] | None = None
 _hook_calibration: Callable[[], float] | None = None
 _hook_ns: float | None = None
 
@@ -60,7 +67,8 @@ def reset() -> None:
     """Forget every registration and the hook calibration (the region's is kept: it is a
     property of the machine). For :func:`instrument.testing.reset`, after the handles
     were removed."""
-    global _hook_calibration, _hook_ns
+    global _hook_calibration, _hook_ns, _names
+    _names = None
     _hooked.clear()
     _retired.clear()
     _hook_calibration = _hook_ns = None
@@ -70,13 +78,14 @@ def count_hooked(names: Iterable[str], calibrate: Callable[[], float]) -> Callab
     """Count the calls of paths named ``names`` as entered through hooks, until the first
     :func:`count` after the returned undo runs (idempotent). ``calibrate()`` measures one
     such region in ns (called once)."""
-    global _hook_calibration
+    global _hook_calibration, _names
     entry = frozenset(names)
+    _names = None
     _hooked.append(entry)
     _hook_calibration = calibrate
     done = False
 
-    def undo() -> None:
+    def undo() -> None:  # (the union of _hooked and _retired stays the same)
         nonlocal done
         if not done:
             done = True
@@ -89,17 +98,18 @@ def count_hooked(names: Iterable[str], calibrate: Callable[[], float]) -> Callab
 def count(collected: Collected) -> tuple[int, int]:
     """The calls that ended in an interval: ``(plain regions, regions entered through
     hooks)``, the latter being those of paths named as :func:`count_hooked` registered."""
-    hooked_names: frozenset[str] = frozenset().union(*_hooked, *_retired)
-    _retired.clear()
+    global _names
+    hooked_names = _names
+    if hooked_names is None:
+        hooked_names = _names = frozenset().union(*_hooked, *_retired)
+    if _retired:  # counted once more, now forgotten
+        _retired.clear()
+        _names = None
     if not hooked_names:
         return collected.regions, 0
-    regions = hooked = 0
-    for node, calls in collected.calls():
-        if node.name in hooked_names:
-            hooked += calls
-        else:
-            regions += calls
-    return regions, hooked
+    counts = collected.host.counts  # (iterated in C: no bytecode per path)
+    hooked = sum(compress(counts, map(hooked_names.__contains__, map(_name, collected.nodes))))
+    return sum(counts) - hooked, hooked
 
 
 def _calibrate() -> float:

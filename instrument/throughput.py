@@ -64,10 +64,6 @@ _COUNTS = frozenset({"steps", "samples", "tokens", "warmup_steps"})
 _ALWAYS_KNOWN = frozenset({"steps", "seconds", "warmup_steps"})
 
 
-def _rate(amount: float | None, seconds: float) -> float | None:
-    return None if amount is None or seconds <= 0.0 else amount / seconds
-
-
 def compute(
     steps: int,
     step_ns: int,
@@ -85,7 +81,8 @@ def compute(
         return None
     seconds = step_ns / 1e9
     flops = None if flops_per_step is None or not steps else flops_per_step * steps
-    flop_rate = _rate(flops, seconds)
+    timed = seconds > 0.0  # (the rates inline: a flush computes them every interval)
+    flop_rate = flops / seconds if flops is not None and timed else None
     tflops = None if flop_rate is None else flop_rate / 1e12
     mfu = None if flop_rate is None or not peak_flops else flop_rate / peak_flops
     rates = object.__new__(Throughput)  # without the frozen dataclass's per-field setattr
@@ -97,9 +94,9 @@ def compute(
             "seconds": seconds,
             "samples": samples,
             "tokens": tokens,
-            "steps_per_sec": _rate(steps, seconds) if steps else None,
-            "samples_per_sec": _rate(samples, seconds),
-            "tokens_per_sec": _rate(tokens, seconds),
+            "steps_per_sec": steps / seconds if steps and timed else None,
+            "samples_per_sec": samples / seconds if samples is not None and timed else None,
+            "tokens_per_sec": tokens / seconds if tokens is not None and timed else None,
             "flops_per_step": flops_per_step,
             "tflops": tflops,
             "peak_tflops": None if not peak_flops else peak_flops / 1e12,

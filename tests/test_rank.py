@@ -76,3 +76,32 @@ def test_a_gloo_group_answers_every_caller() -> None:
         {"rank": 0, "absent": 0, "in_group": None, "rank_and_world": (0, 2)},
         {"rank": 1, "absent": 1, "in_group": 0, "rank_and_world": (1, 2)},
     ]
+
+
+def _rank_across_regrouping(rank: int, world_size: int, store: str) -> list[tuple[int, int]]:
+    """``rank_and_world()`` in a group, after it is destroyed, and in a new group where the
+    ranks are swapped (each answer kept by the cache must follow the default group)."""
+    seen = [rank_lookup.rank_and_world(), rank_lookup.rank_and_world()]
+    dist.destroy_process_group()
+    seen.append(rank_lookup.rank_and_world())
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=world_size - 1 - rank, world_size=world_size
+    )
+    seen.append(rank_lookup.rank_and_world())
+    return seen
+
+
+@pytest.mark.timeout(120)
+def test_the_kept_rank_follows_the_default_group(tmp_path: Any) -> None:
+    seen = run_ranks(_rank_across_regrouping, 2, str(tmp_path / "store"))
+    assert seen == [[(0, 2), (0, 2), (0, 1), (1, 2)], [(1, 2), (1, 2), (0, 1), (0, 2)]]
+
+
+def test_the_kept_rank_follows_patched_functions(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert rank_lookup.rank_and_world() == (0, 1)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 3)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
+    assert rank_lookup.rank_and_world() == (3, 4)
+    monkeypatch.undo()
+    assert rank_lookup.rank_and_world() == (0, 1)

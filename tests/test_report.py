@@ -89,3 +89,26 @@ def test_rank_stats_to_dict_has_every_field_in_order() -> None:
     assert stats.to_dict() == expected
     assert list(stats.to_dict()) == [f.name for f in dataclasses.fields(RankStats)]
     assert RankStats.from_dict(stats.to_dict()) == stats
+
+
+def test_unchecked_makes_what_the_dataclass_makes() -> None:
+    """A flush makes its Report and SelfCost without the frozen __init__: the same object,
+    every default (a fresh dict per factory field), and a clear error for a wrong field."""
+    from dataclasses import fields
+
+    from instrument.report import Report, SelfCost, unchecked
+
+    fast, slow = unchecked(Report, steps=3, rank=1), Report(steps=3, rank=1)
+    assert fast == slow
+    assert fast.__dict__ == slow.__dict__
+    assert [f.name for f in fields(Report)] == list(slow.__dict__)
+    assert sorted(fast.__dict__) == sorted(slow.__dict__)
+    assert fast.memory is not unchecked(Report).memory
+    assert fast.across is not unchecked(Report).across
+    cost = unchecked(SelfCost, regions=1, region_ns=2.0, flush_seconds=0.5, interval_seconds=4.0)
+    assert cost == SelfCost(1, 2.0, 0.5, 4.0)
+    assert cost.to_dict() == SelfCost(1, 2.0, 0.5, 4.0).to_dict()
+    with pytest.raises(TypeError, match="SelfCost"):
+        unchecked(SelfCost, regions=1)
+    with pytest.raises(TypeError, match="Report"):
+        unchecked(Report, stepz=1)

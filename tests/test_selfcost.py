@@ -167,6 +167,29 @@ def test_count_splits_plain_and_hooked_calls_by_registered_name() -> None:
     assert selfcost.hook_ns() == 0.0
 
 
+def test_the_kept_names_follow_every_registration_change() -> None:
+    """``count`` keeps the union of the registered names between flushes: registering,
+    undoing and resetting must each be seen by the next count."""
+    with instrument.timed("a"), instrument.timed("b"):
+        pass
+    collected = registry.collect()  # "a" and "b": one call each
+    assert selfcost.count(collected) == (2, 0)
+    undo_a = selfcost.count_hooked(["a"], lambda: 1.0)
+    assert selfcost.count(collected) == (1, 1)
+    undo_b = selfcost.count_hooked(["b"], lambda: 1.0)
+    assert selfcost.count(collected) == (0, 2)
+    undo_a()
+    assert selfcost.count(collected) == (0, 2)  # "a" retired: counted once more
+    assert selfcost.count(collected) == (1, 1)
+    undo_b()
+    assert selfcost.count(collected) == (1, 1)
+    assert selfcost.count(collected) == (2, 0)
+    selfcost.count_hooked(["a", "b"], lambda: 1.0)
+    assert selfcost.count(collected) == (0, 2)
+    selfcost.reset()
+    assert selfcost.count(collected) == (2, 0)
+
+
 def test_a_self_cost_written_before_hooks_were_counted_apart_reads_back() -> None:
     older = {"regions": 3, "region_ns": 200.0, "flush_seconds": 0.001, "interval_seconds": 1.0}
     assert SelfCost.from_dict(older) == SelfCost(3, 200.0, 0.001, 1.0, hooked=0, hooked_ns=0.0)
