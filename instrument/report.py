@@ -579,6 +579,8 @@ def unchecked(cls: type[_T], **values: Any) -> _T:
     the fields not given take their defaults. The values are not checked."""
     known = _defaults.get(cls)
     if known is None:
+        if hasattr(cls, "__post_init__"):  # its checks must run: the plain constructor
+            return cls(**values)
         plain = {f.name: f.default for f in fields(cls) if f.default is not MISSING}  # type: ignore[arg-type]
         made = tuple(
             (f.name, f.default_factory)
