@@ -2,8 +2,34 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
 import torch
 from torch import nn
+
+#: A model, its optimizer and one training step of it (forward, loss, backward, update,
+#: zero_grad) on a fixed batch.
+Step = tuple[nn.Module, torch.optim.Optimizer, Callable[[], None]]
+
+
+def mlp_step(widths: tuple[int, ...], optimizer: type[torch.optim.Optimizer]) -> Step:
+    """An MLP of ``Linear`` layers of ``widths`` (ReLU between them), batch 16, classes at
+    the last width; seeded, so every call builds the same model and batch."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Linear(widths[0], widths[1])]
+    for n_in, n_out in itertools.pairwise(widths[1:]):
+        layers += [nn.ReLU(), nn.Linear(n_in, n_out)]
+    model = nn.Sequential(*layers)
+    opt = optimizer(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, widths[0]), torch.randint(0, widths[-1], (16,))
+
+    def step() -> None:
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+    return model, opt, step
 
 
 class TinyLM(nn.Module):

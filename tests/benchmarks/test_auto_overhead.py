@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
-from models import TinyLM
+from models import TinyLM, mlp_step
 from paired import Contender
 from torch import nn
 
@@ -123,17 +123,7 @@ Setup = tuple[nn.Module, torch.optim.Optimizer, Callable[[], None]]
 
 def mlp_setup(optimizer: type[torch.optim.Optimizer] = torch.optim.SGD) -> Setup:
     """A tiny MLP step: 4 module calls, backward, the update, zero_grad."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
-    opt = optimizer(model.parameters(), lr=1e-3)
-    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
-
-    def step() -> None:
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-
-    return model, opt, step
+    return mlp_step((32, 64, 10), optimizer)
 
 
 def lm_setup() -> Setup:

@@ -23,14 +23,14 @@ median over the reports of ``self_cost.seconds`` per step. The test asserts
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from time import thread_time_ns
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
+from models import Step, mlp_step
 from paired import Contender
-from torch import nn
 
 import instrument
 from instrument.report import Report
@@ -43,24 +43,10 @@ STEPS = 50  # steps per round, and the reporter's every: one flush per instrumen
 ROUNDS = {"mlp": 80, "gpt2": 30}
 LOW, HIGH = 0.1, 2.5
 
-Step = tuple[nn.Module, torch.optim.Optimizer, Callable[[], None]]
-
 
 def mlp() -> Step:
     """A small MLP: 6 module regions a step."""
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)
-    )
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
-
-    def step() -> None:
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-
-    return model, opt, step
+    return mlp_step((32, 64, 64, 10), torch.optim.AdamW)
 
 
 def gpt2() -> Step:
