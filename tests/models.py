@@ -32,6 +32,31 @@ def mlp_step(widths: tuple[int, ...], optimizer: type[torch.optim.Optimizer]) ->
     return model, opt, step
 
 
+def gpt2_step(
+    vocab: int = 256, n_positions: int = 32, n_embd: int = 32, batch: int = 2, seq: int = 32,
+    lr: float = 1e-4,
+) -> Step:  # fmt: skip
+    """A 2-layer GPT-2 (transformers, built from a config: nothing downloaded) and its step on
+    a fixed batch of ``batch`` x ``seq`` token ids; seeded."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=vocab, n_positions=n_positions, n_embd=n_embd, n_layer=2, n_head=2,
+        eos_token_id=0,
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    ids = torch.randint(0, vocab, (batch, seq))
+
+    def step() -> None:
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return model, opt, step
+
+
 class TinyLM(nn.Module):
     """A small transformer language model: embed → encoder → head."""
 

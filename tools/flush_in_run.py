@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
-import transformers
 
 import instrument
 from instrument.report import Report
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from models import gpt2_step  # the benchmarks' model
 
 
 def main() -> None:
@@ -28,18 +32,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args()
-    torch.manual_seed(0)
     torch.set_num_threads(1)
-    config = transformers.GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=2)
-    model = transformers.GPT2LMHeadModel(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, 256, (4, 64))
-
-    def step() -> None:
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    model, optimizer, step = gpt2_step(n_positions=64, n_embd=64, batch=4, seq=64)
 
     plain: list[float] = []
     timed: list[float] = []

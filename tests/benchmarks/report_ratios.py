@@ -202,7 +202,8 @@ def table(group: str, rows: Sequence[Row]) -> str:
 def _value_note(row: Row) -> str:
     if row.value_ns is None:
         return row.note
-    value = f"value {_ns(row.value_ns)} ns"
+    shown = _ns(row.value_ns)
+    value = f"value {shown}" if shown.endswith("µs") else f"value {shown} ns"
     return f"{row.note}; {value}" if row.note else value
 
 

@@ -13,18 +13,18 @@ against (``report_ratios.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from time import thread_time_ns
 from typing import Any
 
 import pytest
 import torch
+from models import Step, gpt2_step
 
 import instrument
 from instrument import registry
 from instrument.report import Report
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 EVERY = 10
 ROUNDS = 6
@@ -34,26 +34,7 @@ FLUSHES = 3
 PATHS = 50
 
 
-def gpt2_step() -> tuple[torch.nn.Module, torch.optim.Optimizer, Callable[[], None]]:
-    """A 2-layer GPT-2 small enough for a CPU step of a few ms."""
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=256, n_positions=32, n_embd=32, n_layer=2, n_head=2)
-    model = transformers.GPT2LMHeadModel(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, 256, (2, 32))
-
-    def step() -> None:
-        model(input_ids=ids, labels=ids).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-
-    return model, optimizer, step
-
-
-Parts = tuple[torch.nn.Module, torch.optim.Optimizer, Callable[[], None]]
-
-
-def timed_flushes(parts: Parts, depth: int | None) -> tuple[list[int], int]:
+def timed_flushes(parts: Step, depth: int | None) -> tuple[list[int], int]:
     """CPU ns of each flush (but the first) of one ``auto`` handle, and the paths a flush
     walks (those of the tree: the other configuration's were released first)."""
     model, optimizer, step = parts

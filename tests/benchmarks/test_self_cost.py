@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
-from models import Step, mlp_step
+from models import Step, gpt2_step, mlp_step
 from paired import Contender
 
 import instrument
@@ -51,21 +51,8 @@ def mlp() -> Step:
 
 def gpt2() -> Step:
     """A tiny GPT-2 (2 blocks): about 30 module regions a step."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2, eos_token_id=0
-    )
-    model = transformers.GPT2LMHeadModel(config)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, 128, (2, 16))
-
-    def step() -> None:
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad()
-
-    return model, opt, step
+    pytest.importorskip("transformers")
+    return gpt2_step(vocab=128, seq=16, lr=1e-3)
 
 
 SETUPS = {"mlp": mlp, "gpt2": gpt2}
@@ -107,8 +94,8 @@ def test_stated_cost_is_the_measured_overhead_within_an_order_of_magnitude(
 
     per_op = paired(
         [
-            Contender("uninstrumented", steps, take_off, STEPS, baseline=True),
-            Contender(f"instrument.auto (every={STEPS})", steps, put_on, STEPS),
+            Contender(f"{kind}: uninstrumented", steps, take_off, STEPS, baseline=True),
+            Contender(f"{kind}: instrument.auto (every={STEPS})", steps, put_on, STEPS),
         ],
         rounds=ROUNDS[kind],
         warmup_rounds=3,
