@@ -197,17 +197,23 @@ node_add(NodeObject *n, int64_t v)
     n->hist[bucket_of(v)]++;
 }
 
+/* Empty the node's figures; its records lie in the buckets `first` to `last` (those of
+ * its min and max), the only ones cleared. */
 static void
-node_reset(NodeObject *n)
+node_reset(NodeObject *n, int first, int last)
 {
     n->count = n->min = n->max = 0;
     n->total = n->sumsq = 0;
-    memset(n->hist, 0, sizeof n->hist);
+    memset(&n->hist[first], 0, (size_t)(last - first + 1) * sizeof n->hist[0]);
 }
 
+/* A Python int of a 128-bit value (without the shifts when it fits 64 bits). */
 static PyObject *
 u128_to_long(unsigned __int128 x)
 {
+    if (x >> 64 == 0) {
+        return PyLong_FromUnsignedLongLong((unsigned long long)x);
+    }
     PyObject *hi = PyLong_FromUnsignedLongLong((unsigned long long)(x >> 64));
     PyObject *lo = PyLong_FromUnsignedLongLong((unsigned long long)x);
     PyObject *shift = PyLong_FromLong(64);
@@ -309,9 +315,7 @@ node_take_into(NodeObject *n, Taken *t)
     t->sumsq = n->sumsq;
     t->min = n->min;
     t->max = n->max;
-    memset(&n->hist[first], 0, (size_t)(last - first + 1) * sizeof n->hist[0]);
-    n->count = n->min = n->max = 0;
-    n->total = n->sumsq = 0;
+    node_reset(n, first, last);
 }
 
 /* mean, min, max, std, p50, p90, p99 in seconds, exactly as stats.Accumulator.summary()
@@ -362,16 +366,6 @@ taken_figures(const Taken *t, double out[7])
     return 0;
 }
 
-/* A Python int of a 128-bit total, without the shifts when it fits 64 bits. */
-static PyObject *
-total_to_long(unsigned __int128 x)
-{
-    if (x >> 64 == 0) {
-        return PyLong_FromUnsignedLongLong((unsigned long long)x);
-    }
-    return u128_to_long(x);
-}
-
 static PyObject *
 Node_take(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
@@ -384,7 +378,7 @@ Node_take(NodeObject *self, PyObject *Py_UNUSED(ignored))
     if (taken_figures(&t, f) < 0) {
         return NULL;
     }
-    PyObject *total = total_to_long(t.total);
+    PyObject *total = u128_to_long(t.total);
     if (total == NULL) {
         return NULL;
     }
@@ -395,7 +389,7 @@ Node_take(NodeObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 Node_clear_stats(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
-    node_reset(self);
+    node_reset(self, 0, NBUCKETS - 1);
     Py_RETURN_NONE;
 }
 
@@ -718,7 +712,7 @@ take_tree(PyObject *module, PyObject *args)
             goto done;
         }
         PyObject *count = PyLong_FromLongLong(it->taken.count);
-        PyObject *total = count ? total_to_long(it->taken.total) : NULL;
+        PyObject *total = count ? u128_to_long(it->taken.total) : NULL;
         if (total == NULL) {
             Py_XDECREF(count);
             goto done;

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from instrument import registry
+from instrument._frozen import unchecked
 from instrument.rank import rank_and_world
-from instrument.report import LazyNodes, Node, Report, SelfCost, unchecked
+from instrument.report import LazyNodes, Node, Report, SelfCost
 from instrument.stats import Stats, Summary, from_figures, stats_of
 from instrument.throughput import Throughput
 

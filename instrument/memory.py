@@ -110,8 +110,7 @@ def _kib_field(text: bytes, key: bytes) -> int | None:
 def _proc_status() -> tuple[int | None, int | None]:
     """``(VmRSS, VmHWM)`` in bytes from one read of ``/proc/self/status`` (None: unknown)."""
     try:  # VmHWM and VmRSS come in the first KiB
-        fd = _fds.get((_PROC_STATUS, os.O_RDONLY))
-        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY) if fd is None else fd, 4096, 0)
+        text = os.pread(_fd(_PROC_STATUS, os.O_RDONLY), 4096, 0)
     except OSError:
         return None, None
     start = text.find(b"VmHWM:")  # Linux writes "VmHWM: <kB> kB\nVmRSS: <kB> kB"

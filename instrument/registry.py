@@ -587,7 +587,7 @@ def _release_idle(
 ) -> int:
     """Drop the leaves idle for ``idle_limit`` flushes that nothing else holds, children
     before parents; return how many. The caller holds ``_lock``."""
-    if not hasattr(sys, "getrefcount"):  # no reference counts to tell: keep every path
+    if not _REFCOUNTS:  # no reference counts to tell: keep every path
         return 0
     # References to a free leaf: its parent's ``children``, its ``walked`` entry, the loop
     # variable, getrefcount's argument, and the ``parent`` of each child released here

@@ -5,8 +5,8 @@ from __future__ import annotations
 import difflib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from instrument.stats import Stats
 from instrument.throughput import Throughput
@@ -565,37 +565,3 @@ class Report:
             across_note=str(data.get("across_note", "")),
             self_cost=None if cost is None else SelfCost.from_dict(cost),
         )
-
-
-_T = TypeVar("_T")
-
-#: Per frozen dataclass: its fields' plain defaults and default factories.
-_defaults: dict[type, tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]] = {}
-
-
-def unchecked(cls: type[_T], **values: Any) -> _T:
-    """``cls(**values)`` for a frozen dataclass without ``__post_init__``, without its
-    ``__init__``'s setattr per field (a flush makes one ``Report`` and one ``SelfCost``):
-    the fields not given take their defaults. The values are not checked."""
-    known = _defaults.get(cls)
-    if known is None:
-        if hasattr(cls, "__post_init__"):  # its checks must run: the plain constructor
-            return cls(**values)
-        plain = {f.name: f.default for f in fields(cls) if f.default is not MISSING}  # type: ignore[arg-type]
-        made = tuple(
-            (f.name, f.default_factory)
-            for f in fields(cls)  # type: ignore[arg-type]
-            if f.default_factory is not MISSING
-        )
-        known = _defaults[cls] = (plain, made)
-    plain, made = known
-    state = plain.copy()
-    for name, factory in made:
-        if name not in values:
-            state[name] = factory()
-    state.update(values)
-    if state.keys() != cls.__dataclass_fields__.keys():  # type: ignore[attr-defined]
-        raise TypeError(f"{cls.__name__}: missing or unknown fields in {sorted(values)}")
-    obj = object.__new__(cls)
-    object.__setattr__(obj, "__dict__", state)
-    return obj

@@ -19,6 +19,7 @@ import torch
 
 from instrument import _state, checks, clocks, config, lifecycle, registry, selfcost, throughput
 from instrument import peak_flops as peaks
+from instrument._frozen import unchecked
 from instrument._warn import warn_once
 from instrument.distributed.across import CrossRank
 from instrument.distributed.barrier import barrier_with_timeout
@@ -28,7 +29,7 @@ from instrument.memory import MemorySampler
 from instrument.regions import frames
 from instrument.regions.region import check_level
 from instrument.registry import NodeBase
-from instrument.report import Report, SelfCost, unchecked
+from instrument.report import Report, SelfCost
 from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
 from instrument.throughput import Throughput
@@ -312,13 +313,9 @@ class Reporter:
     def _throughput(self) -> Throughput | None:
         flops = self.flops_per_step if isinstance(self.flops_per_step, float) else None
         peak = self.peak_flops
-        if flops is not None and peak is None:
-            if clocks.cuda_ready():
-                peak = peaks.device_peak_flops(self.peak_dtype)
-            if peak is None:
-                _warn_unmeasured(self, flops, peak, self._run_steps + self._steps)
-        elif flops is None and self.flops_per_step == "auto":
-            _warn_unmeasured(self, flops, peak, self._run_steps + self._steps)
+        if peak is None and flops is not None and clocks.cuda_ready():
+            peak = peaks.device_peak_flops(self.peak_dtype)
+        _warn_unmeasured(self, flops, peak, self._run_steps + self._steps)
         return throughput.compute(
             self._steps - self._warm_steps,
             self._counted_ns,

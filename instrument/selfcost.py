@@ -109,7 +109,7 @@ def count(collected: Collected) -> tuple[int, int]:
         return collected.regions, 0
     counts = collected.host.counts  # (iterated in C: no bytecode per path)
     hooked = sum(compress(counts, map(hooked_names.__contains__, map(_name, collected.nodes))))
-    return sum(counts) - hooked, hooked
+    return collected.regions - hooked, hooked
 
 
 def _calibrate() -> float:

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from instrument._frozen import made
+
 BUCKETS_PER_OCTAVE = 8
 NBUCKETS = 384
 _MANTISSA_SHIFT = 49  # keep the 11 exponent bits and the top 3 mantissa bits
@@ -175,10 +177,8 @@ def from_figures(count: int, total_ns: int, figures: Sequence[float], at: int) -
     """A :class:`Stats` of ``count`` calls (> 0) totalling ``total_ns`` (never below 0), with
     the mean, min, max, std, p50, p90 and p99 in seconds at ``figures[at : at + 7]`` (the
     registry's columns; :func:`stats_of` of the same summary, without the tuple)."""
-    stats = object.__new__(Stats)
-    object.__setattr__(
-        stats,
-        "__dict__",
+    return made(
+        Stats,
         {
             "count": count,
             "total": (total_ns if total_ns > 0 else 0) / 1e9,
@@ -191,7 +191,6 @@ def from_figures(count: int, total_ns: int, figures: Sequence[float], at: int) -
             "p99": figures[at + 6],
         },
     )
-    return stats
 
 
 def _new(

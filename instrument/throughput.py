@@ -15,6 +15,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from instrument._frozen import made
+
 
 @dataclass(frozen=True)
 class Throughput:
@@ -85,10 +87,8 @@ def compute(
     flop_rate = flops / seconds if flops is not None and timed else None
     tflops = None if flop_rate is None else flop_rate / 1e12
     mfu = None if flop_rate is None or not peak_flops else flop_rate / peak_flops
-    rates = object.__new__(Throughput)  # without the frozen dataclass's per-field setattr
-    object.__setattr__(
-        rates,
-        "__dict__",
+    return made(  # without the frozen dataclass's per-field setattr
+        Throughput,
         {
             "steps": steps,
             "seconds": seconds,
@@ -104,7 +104,6 @@ def compute(
             "warmup_steps": warmup_steps,
         },
     )
-    return rates
 
 
 @contextlib.contextmanager

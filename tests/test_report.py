@@ -96,7 +96,8 @@ def test_unchecked_makes_what_the_dataclass_makes() -> None:
     every default (a fresh dict per factory field), and a clear error for a wrong field."""
     from dataclasses import fields
 
-    from instrument.report import Report, SelfCost, unchecked
+    from instrument._frozen import unchecked
+    from instrument.report import Report, SelfCost
 
     fast, slow = unchecked(Report, steps=3, rank=1), Report(steps=3, rank=1)
     assert fast == slow

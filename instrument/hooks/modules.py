@@ -203,24 +203,15 @@ class ModuleHooks:
         own = module.__dict__.get("forward")
         call = own if own is not None else type(module).forward
         bound_own = own is not None
-        direct = direct_call(call, region)  # C: the region entered and left in one call
+        timed_call = direct_call(call, region)  # C: the region entered and left in one call
+        if timed_call is None:
+            timed_call = _in_region(call, region)
 
-        if direct is not None:
-
-            @functools.wraps(call)
-            def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-                if compiling():  # Dynamo traces this branch: no graph break
-                    return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
-                return direct(*args, **kwargs) if bound_own else direct(self, *args, **kwargs)
-
-        else:
-
-            @functools.wraps(call)
-            def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-                if compiling():
-                    return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
-                with region:
-                    return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
+        @functools.wraps(call)
+        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if compiling():  # Dynamo traces this branch: no graph break
+                return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
+            return timed_call(*args, **kwargs) if bound_own else timed_call(self, *args, **kwargs)
 
         timed = types.MethodType(forward, module)
         module.__dict__["forward"] = timed
@@ -323,3 +314,14 @@ def _compile_in_place(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return compile
+
+
+def _in_region(call: Callable[..., Any], region: Region) -> Callable[..., Any]:
+    """``call`` inside a ``with region`` block (the pure path, generator and coroutine
+    forwards: where :func:`~instrument.regions.decorators.direct_call` gives none)."""
+
+    def in_region(*args: Any, **kwargs: Any) -> Any:
+        with region:
+            return call(*args, **kwargs)
+
+    return in_region
