@@ -1407,9 +1407,18 @@ static int n_spare = 0;
 static PyObject *
 frame_make(PyObject *node, int64_t t0, PyObject *parent, PyObject *owner)
 {
-    PyObject *frame;
-    if (n_spare > 0) {
+    PyObject *frame = NULL;
+    while (n_spare > 0) {
         frame = spare_frames[--n_spare];
+        if (Py_REFCNT(frame) == 1 && Py_REFCNT(PyTuple_GET_ITEM(frame, 1)) == 1) {
+            break;
+        }
+        /* reached since it was kept (gc.get_objects()): Python code may hold it or its
+         * int, which must not change under it; let it go */
+        Py_DECREF(frame);
+        frame = NULL;
+    }
+    if (frame != NULL) {
         PyObject *old = PyTuple_GET_ITEM(frame, 1);
         if (long_reuse(old, t0) < 0) {
             PyObject *t = PyLong_FromLongLong(t0);

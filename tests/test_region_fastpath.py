@@ -99,6 +99,26 @@ def test_spare_frames_are_harmless_to_the_garbage_collector() -> None:
             list(obj)
 
 
+def test_a_spare_frame_reached_through_the_garbage_collector_is_never_refilled() -> None:
+    for _ in range(50):
+        with instrument.timed("fp-gc"), instrument.timed("fp-gc2"):
+            pass
+    held = [
+        (obj, obj[1], int(obj[1]))  # the tuple, its start-time int, and that int's value
+        for obj in gc.get_objects()
+        if type(obj) is tuple and len(obj) == 5 and obj[0] is None and type(obj[3]) is list
+    ]
+    if not held:
+        pytest.skip("no spare frames on this path (pure Python, or Python 3.14+)")
+    for _ in range(50):
+        with instrument.timed("fp-gc"), instrument.timed("fp-gc2"):
+            pass
+    for frame, start, value in held:
+        assert frame[0] is None
+        assert frame[1] is start
+        assert int(start) == value
+
+
 def test_the_child_cache_follows_changes_to_the_children_dict(
     reporter: instrument.Reporter,
 ) -> None:
