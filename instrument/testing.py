@@ -19,6 +19,7 @@ from typing import Any
 from instrument import _state, _warn, config, observe, registry, reporter, selfcost
 from instrument.auto import installed_handles
 from instrument.compat import feed as compat_feed
+from instrument.hooks import untraced
 from instrument.regions import frames
 from instrument.report import Report
 from instrument.sinks.memory import InMemory
@@ -84,6 +85,7 @@ def reset() -> None:
     for handle in installed_handles():
         handle.remove()
     selfcost.reset()  # what the removed handles' hooks recorded is dropped below
+    untraced.forget_compilations()
     _state.enabled = True
     _state.level = None
     observe.reset()

@@ -523,19 +523,24 @@ def test_inductor_compiled_model_trains_under_auto(sink: InMemory) -> None:
 
 
 def test_module_forward_enters_its_region_through_the_c_call_path(sink: InMemory) -> None:
-    """With the C accelerator a module's timed forward calls the decorator's C wrapper (one
-    call enters the region, runs forward and exits) instead of a ``with`` block."""
+    """With the C accelerator a module's timed forward is the decorator's C wrapper itself
+    (one call enters the region, runs forward and exits; no Python frame of ours), and its
+    Dynamo-traceable twin calls the same wrapper; without it, a ``with`` block."""
     from instrument.regions import native
 
     model = nn.Sequential(nn.Linear(2, 2))
     handle = instrument.auto(model, every=None, sinks=[sink], collectives=False)
     forward = model[0].__dict__["forward"].__func__
-    cells = dict(zip(forward.__code__.co_freevars, forward.__closure__ or (), strict=True))
-    timed_call = cells["timed_call"].cell_contents
+    hooks = next(h for m, (_, h) in module_hooks._timed.items() if m is model[0])
     if native.timed_types is None:  # pure Python: the with-block
-        assert timed_call.__name__ == "in_region"
+        cells = dict(zip(forward.__code__.co_freevars, forward.__closure__ or (), strict=True))
+        assert cells["timed_call"].cell_contents.__name__ == "in_region"
+        assert not hooks._untraced
     else:
-        assert isinstance(timed_call, native.timed_types)
+        assert type(forward) in native.timed_types
+        twin = next(t for m, _, t in hooks._untraced if m is model[0]).__func__
+        cells = dict(zip(twin.__code__.co_freevars, twin.__closure__ or (), strict=True))
+        assert cells["timed_call"].cell_contents is forward
     model(torch.zeros(1, 2))
     report = handle.reporter.flush()
     handle.remove()

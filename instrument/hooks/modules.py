@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from instrument.hooks import patches
+from instrument.hooks import patches, untraced
 from instrument.regions.decorators import direct_call
 from instrument.regions.frames import ROOT_FRAME, Frame, _get, _set
 from instrument.regions.region import Region, region_for
@@ -185,6 +185,8 @@ class ModuleHooks:
         self._handles: list[RemovableHandle] = []
         self._restore: list[Callable[[], None]] = []
         self._anchor = backward_anchor or (lambda: ROOT.child("backward", 0, "cpu"))
+        #: (module, its C forward, the Python twin) while the C one is in place
+        self._untraced: list[tuple[nn.Module, object, object]] = []
         for target in targets:
             region = region_for(target.name, clock)
             if target.compiled and getattr(target.module, "_compiled_call_impl", None):
@@ -195,17 +197,21 @@ class ModuleHooks:
                 _timed[target.module] = (region, self)
             if backward_modules and target.qualname and not target.compiled:
                 self._time_backward(target.module, region)
+        if self._untraced:
+            self._restore.append(untraced.until_traced(self._make_traceable))
 
     def _time_forward(self, module: nn.Module, region: Region) -> None:
         """Put a timed ``forward`` on the instance: ``nn.Module.__call__`` then keeps its
         no-hook fast path (PyTorch's hook machinery alone costs several µs per call). It is
-        a method bound to the module, so ``copy.deepcopy`` (an EMA copy) rebinds it."""
+        a method bound to the module, so ``copy.deepcopy`` (an EMA copy) rebinds it. While
+        nothing is compiled the method's function is the C timed call itself; its Python
+        twin, which Dynamo can trace, takes its place at the first compilation
+        (:mod:`~instrument.hooks.untraced`)."""
         own = module.__dict__.get("forward")
         call = own if own is not None else type(module).forward
         bound_own = own is not None
-        timed_call = direct_call(call, region)  # C: the region entered and left in one call
-        if timed_call is None:
-            timed_call = _in_region(call, region)
+        c_call = direct_call(call, region)  # C: the region entered and left in one call
+        timed_call = c_call if c_call is not None else _in_region(call, region)
 
         @functools.wraps(call)
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -213,17 +219,28 @@ class ModuleHooks:
                 return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
             return timed_call(*args, **kwargs) if bound_own else timed_call(self, *args, **kwargs)
 
-        timed = types.MethodType(forward, module)
-        module.__dict__["forward"] = timed
+        traceable = types.MethodType(forward, module)
+        fast = None
+        if c_call is not None and not bound_own and untraced.c_hooks_allowed():
+            fast = types.MethodType(c_call, module)
+            self._untraced.append((module, fast, traceable))
+        module.__dict__["forward"] = traceable if fast is None else fast
 
         def restore() -> None:
-            if module.__dict__.get("forward") is timed:
+            if module.__dict__.get("forward") in (traceable, fast):
                 if bound_own:
                     module.__dict__["forward"] = own
                 else:
                     del module.__dict__["forward"]
 
         self._restore.append(restore)
+
+    def _make_traceable(self) -> None:
+        """Dynamo is about to compile: the Python twin of every C forward takes its place."""
+        untraced_forwards, self._untraced = self._untraced, []
+        for module, fast, traceable in untraced_forwards:
+            if module.__dict__.get("forward") is fast:
+                module.__dict__["forward"] = traceable
 
     def _time_compiled_in_place(self, module: nn.Module, region: Region) -> None:
         """``module.compile()`` compiles the hooks too: time its compiled call from outside."""
@@ -292,6 +309,7 @@ def _optimized_call(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def __call__(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        untraced.make_traceable()
         inner = self._modules.get("_orig_mod")
         found = None if inner is None or compiling() else _timed.get(inner)
         if found is None or _get()[3] is found[0]:
@@ -307,6 +325,7 @@ def _compile_in_place(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def compile(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        untraced.make_traceable()
         result = original(self, *args, **kwargs)
         found = _timed.get(self)
         if found is not None:
