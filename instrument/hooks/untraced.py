@@ -81,7 +81,7 @@ def _register() -> bool:
         handler = _callbacks()
         if _on_compile_start not in handler.start_callbacks:
             handler.register_start_callback(_on_compile_start)
-    except Exception:  # noqa: BLE001 - another torch: no callback, no C hooks
+    except Exception:  # another torch: no callback, no C hooks
         _traced = True
         return False
     return True
@@ -92,7 +92,7 @@ def _unregister() -> None:
         handler = _callbacks()
         if _on_compile_start in handler.start_callbacks:
             handler.remove_start_callback(_on_compile_start)
-    except Exception:  # noqa: BLE001, S110 - nothing registered to remove
+    except Exception:  # nothing registered to remove
         pass
 
 
@@ -110,7 +110,7 @@ def make_traceable() -> None:
     for swap in swaps:
         try:
             swap()
-        except Exception as error:  # noqa: BLE001 - never break the compilation
+        except Exception as error:  # never break the compilation
             warnings.warn(
                 f"instrument: could not make a hook traceable for torch.compile: {error!r}",
                 RuntimeWarning,
