@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import warnings
@@ -562,3 +563,35 @@ def test_optimizer_ticks_the_reporter_directly_after_the_first_steps(sink: InMem
     assert hooks.on_step == handle.reporter.step
     assert handle.reporter.steps == 2
     handle.remove()
+
+
+def test_backward_anchor_from_another_thread_is_the_running_backward(sink: InMemory) -> None:
+    """Autograd's device threads find the running ``backward`` region's node through
+    ``anchor()`` — under a user region too; a backward inside backward stays one region."""
+    import threading
+
+    from instrument.hooks import backward as backward_hooks
+
+    model = mlp()
+    handle = instrument.auto(model, every=None, sinks=[sink], collectives=False)
+    seen: list[str] = []
+
+    def from_a_thread(grad: torch.Tensor) -> torch.Tensor:
+        thread = threading.Thread(target=lambda: seen.append(backward_hooks.anchor().path))
+        thread.start()
+        thread.join()
+        with torch.enable_grad():  # a backward inside backward: no region of its own
+            torch.autograd.backward(torch.ones(1, requires_grad=True).sum())
+        return grad
+
+    for outer in (None, "step"):
+        out = model(torch.randn(2, 8))
+        out.register_hook(from_a_thread)
+        with instrument.timed(outer) if outer else contextlib.nullcontext():
+            out.sum().backward()
+    report = handle.reporter.flush()
+    handle.remove()
+    assert seen == ["backward", "step/backward"]
+    assert report["backward"].count == 1
+    assert report["step/backward"].count == 1
+    assert not any(p.endswith("backward/backward") for p in report.paths())

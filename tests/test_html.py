@@ -444,3 +444,21 @@ def test_a_tree_deeper_than_the_browsers_stack_is_drawn(
     assert browser.execute_script("return document.body.dataset.ready") == "1"
     deepest = "/".join(["l"] * depth)
     assert deepest in shown_paths(browser)
+
+
+def test_numbers_too_large_for_json_are_left_out_not_a_crash(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A percentile or an MFU of 1e308 s is finite, but not in ms or in %: the page leaves
+    those values out (found by the CLI fuzz test)."""
+    huge = tmp_path / "huge.jsonl"
+    lines = []
+    for line in files["base"].read_text().splitlines():
+        data = json.loads(line)
+        data["nodes"][0]["host"]["p50"] = 1e308
+        data["throughput"]["mfu"] = 1e308
+        lines.append(json.dumps(data))
+    huge.write_text("\n".join(lines) + "\n")
+    page = make_page(capsys, huge, tmp_path / "huge.html")
+    assert "inf" not in json.dumps(page).lower()
+    assert all(interval["tp"]["MFU %"] is None for interval in page["intervals"])

@@ -10,35 +10,45 @@ from typing import Any
 import torch
 
 from instrument.hooks import patches
+from instrument.regions.decorators import direct_call
 from instrument.regions.frames import _get
 from instrument.regions.region import region_for
 from instrument.registry import ROOT, PathNode
 
-compiling = torch.compiler.is_compiling
+# True only while Dynamo traces the caller (AOTAutograd and export never call backward())
+tracing = torch.compiler.is_dynamo_compiling
 
-_last: PathNode | None = None
+NAME = "backward"
+#: The node the running (or last) ``backward`` region was opened under.
+_parent: PathNode | None = None
 
 
 def anchor() -> PathNode:
     """The path of the running (or last) ``backward`` region: where per-module backward
     regions and DDP's gradient all-reduce, which run on autograd's threads, are recorded."""
-    if _last is not None:
-        return _last
-    return ROOT.children.get("backward") or ROOT.child("backward", 0, "cpu")
+    parent = _parent
+    if parent is not None:
+        return parent.children.get(NAME) or parent
+    return ROOT.children.get(NAME) or ROOT.child(NAME, 0, "cpu")
 
 
 def install(clock: object = None) -> Callable[[], None]:
     """Time every ``backward()`` as a ``backward`` region; returns the undo."""
-    region = region_for("backward", clock)
+    region = region_for(NAME, clock)
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        timed = direct_call(original, region)  # C: entered, called and left in one call
+
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
-            global _last
-            if compiling() or _get()[3] is region:
+            global _parent
+            top = _get()
+            if top[3] is region or tracing():  # a backward inside backward: one region
                 return original(*args, **kwargs)
+            _parent = top[0]
+            if timed is not None:
+                return timed(*args, **kwargs)
             with region:
-                _last = _get()[0]
                 return original(*args, **kwargs)
 
         return backward

@@ -32,7 +32,8 @@ from instrument.regions.decorators import decorate
 from instrument.regions.frames import Frame, _close, _get, _set, abandon
 from instrument.regions.region import region_for
 
-compiling = torch.compiler.is_compiling
+# True only while Dynamo traces the caller (a compiled optimizer step)
+tracing = torch.compiler.is_dynamo_compiling
 
 # optimizer -> its hooks (what the GradScaler patch consults)
 _tracked: weakref.WeakKeyDictionary[torch.optim.Optimizer, OptimizerHooks] = (
@@ -126,7 +127,7 @@ class OptimizerHooks:
             self._undo.append(patches.patch(torch.amp.GradScaler, "step", _make_scaler_step))
 
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
-        if self._scaled or compiling():
+        if self._scaled or tracing():
             return None
         region = self._region
         if _get()[3] is region:  # a step that raised never ran its post hook
@@ -172,7 +173,7 @@ class OptimizerHooks:
         if self._scaled:
             self._stepped = True
             return
-        if compiling():
+        if tracing():
             return
         self._region.__exit__(None, None, None)
         if optimizer is self._ticker:
@@ -248,7 +249,7 @@ def _make_scaler_step(original: Callable[..., Any]) -> Any:
     def scaler_step(wrapped: Callable[..., Any], scaler: Any, args: Any, kwargs: Any) -> Any:
         optimizer = args[0] if args else kwargs.get("optimizer")
         hooks = _tracked.get(optimizer) if optimizer is not None else None
-        if hooks is None or compiling():
+        if hooks is None or tracing():
             return wrapped(*args, **kwargs)
         return hooks.scaler_step(optimizer, wrapped, args, kwargs)
 

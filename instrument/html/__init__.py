@@ -31,16 +31,20 @@ from instrument.report import Report
 STRAGGLER = 0.10
 
 
+def _finite(value: float | None) -> float | None:
+    """``value``, or None where it is not a finite number (JSON has no inf or NaN: a file
+    that holds 1e308 MFU, times 100, is still drawn)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _ms(seconds: float | None) -> float | None:
     """Milliseconds to 4 significant digits (shorter numbers: a smaller page)."""
-    if seconds is None or not math.isfinite(seconds):
-        return None
-    return float(f"{seconds * 1e3:.4g}")
+    return None if seconds is None else _finite(float(f"{seconds * 1e3:.4g}"))
 
 
-def _ms3(seconds: float) -> float:
+def _ms3(seconds: float) -> float | None:
     """Milliseconds to 3 significant digits (percentiles: histogram buckets are coarser)."""
-    return float(f"{seconds * 1e3:.3g}")
+    return _finite(float(f"{seconds * 1e3:.3g}"))
 
 
 def _factors(report: Report) -> tuple[float, float]:
@@ -90,16 +94,16 @@ def _interval(report: Report, index: dict[str, int]) -> dict[str, Any]:
     rates = report.throughput
     if rates is not None:
         out["tp"] = {
-            "samples/s": rates.samples_per_sec,
-            "tokens/s": rates.tokens_per_sec,
-            "steps/s": rates.steps_per_sec,
-            "TFLOP/s": rates.tflops,
-            "MFU %": None if rates.mfu is None else 100.0 * rates.mfu,
+            "samples/s": _finite(rates.samples_per_sec),
+            "tokens/s": _finite(rates.tokens_per_sec),
+            "steps/s": _finite(rates.steps_per_sec),
+            "TFLOP/s": _finite(rates.tflops),
+            "MFU %": None if rates.mfu is None else _finite(100.0 * rates.mfu),
         }
     memory = dict(report.memory or {})
     if memory:
-        out["mem"] = {key: value / 2**20 for key, value in memory.items() if "oom" not in key
-                      and "retries" not in key}  # fmt: skip
+        out["mem"] = {key: _finite(value / 2**20) for key, value in memory.items()
+                      if "oom" not in key and "retries" not in key}  # fmt: skip
     return out
 
 
