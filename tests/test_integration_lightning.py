@@ -576,3 +576,44 @@ def test_pytorch_lightning_package(clock: FakeClock, sink: InMemory) -> None:
         assert report["training_step/net"].total == pytest.approx(FORWARD)  # no self(x): net
         assert report["optimizer"].total == pytest.approx(UPDATE)
         assert report.other == pytest.approx(0.0, abs=1e-9)
+
+
+class _Plain(pl.LightningModule):
+    """A module on the real clock, to be compiled (the FakeClock cannot be traced)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)  # type: ignore[no-any-return]
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_compiled_module_fits_with_fullgraph_and_no_graph_break(sink: InMemory) -> None:
+    """``trainer.fit(torch.compile(model, fullgraph=True))`` with the callback: Lightning
+    compiles ``forward`` and ``training_step`` in place, and the timed ``forward`` must not
+    carry Dynamo's marks of the compiled one (it was taken for it, ``self`` bound twice:
+    an error with ``fullgraph=True``, a graph break and no ``forward`` line without)."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(32, 8), torch.randn(32, 1))
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=4, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[InstrumentCallback(every=2, sinks=[sink])],
+    )  # fmt: skip
+    compiled = torch.compile(_Plain(), backend="eager", fullgraph=True)
+    trainer.fit(compiled, torch.utils.data.DataLoader(data, batch_size=8))
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert len(sink.reports) == 2
+    for report in sink.reports:
+        assert {"training_step", "backward", "optimizer", "zero_grad"} <= set(report.paths())
+        assert report["training_step"].count == 2

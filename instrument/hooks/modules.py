@@ -213,7 +213,7 @@ class ModuleHooks:
         c_call = direct_call(call, region)  # C: the region entered and left in one call
         timed_call = c_call if c_call is not None else _in_region(call, region)
 
-        @functools.wraps(call)
+        @_wraps(call)
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             if compiling():  # Dynamo traces this branch: no graph break
                 return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
@@ -333,6 +333,20 @@ def _compile_in_place(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return compile
+
+
+def _wraps(call: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``functools.wraps(call)`` without the attributes Dynamo leaves on a function it
+    compiled in place (Lightning's ``forward = dynamo_ctx(forward)``): copied onto the timed
+    ``forward``, they made Dynamo take it for that compiled function and bind ``self`` twice."""
+
+    def wrap(forward: Callable[..., Any]) -> Callable[..., Any]:
+        functools.update_wrapper(forward, call, updated=())
+        marks = getattr(call, "__dict__", {})
+        vars(forward).update((k, v) for k, v in marks.items() if not k.startswith("_torchdynamo"))
+        return forward
+
+    return wrap
 
 
 def _in_region(call: Callable[..., Any], region: Region) -> Callable[..., Any]:
