@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -297,6 +298,17 @@ class Instrumentation:
             vars(opt).get("zero_grad"),
         )
         self._backward = torch.autograd.backward
+
+    def only(self, part: str, rest: Instrumentation) -> Instrumentation:
+        """This row's ``part`` ("modules", "optimizer" or "backward"), the rest ``rest``'s
+        (``tools/auto_step_pieces.py`` times each piece of ``auto`` inside the step)."""
+        attrs = {"modules": "_modules", "optimizer": "_optimizer", "backward": "_backward"}
+        if part not in attrs:
+            raise ValueError(f"unknown part {part!r}; expected one of {', '.join(attrs)}")
+        mixed = copy.copy(rest)
+        attr = attrs[part]
+        setattr(mixed, attr, getattr(self, attr))
+        return mixed
 
     def apply(self) -> None:
         for module, forward, pre, post in self._modules:
