@@ -31,26 +31,10 @@ def main() -> None:
     args = parser.parse_args()
     sys.path[:0] = [str(ROOT / "tests" / "benchmarks"), str(ROOT / "tests"), str(ROOT)]
     import torch
-    from test_auto_overhead import (
-        REPORT_EVERY,
-        Instrumentation,
-        _fresh_hook_dicts,
-        hand_hooks,
-        mlp_adamw_setup,
-    )
-
-    import instrument
+    from test_auto_overhead import one_model_rows
 
     torch.set_num_threads(1)
-    model, opt, step = mlp_adamw_setup()
-    plain = Instrumentation(model, opt)
-    _fresh_hook_dicts(model, opt)
-    times = hand_hooks(model, opt)
-    hand = Instrumentation(model, opt)
-    _fresh_hook_dicts(model, opt)
-    instrument.configure(clock="cpu")
-    handle = instrument.auto(model, opt, every=REPORT_EVERY, sinks=[])
-    full = Instrumentation(model, opt)
+    step, plain, hand, full, times, handle = one_model_rows()
     states = {
         "uninstrumented": plain,
         "hand-written hooks": hand,

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from time import perf_counter_ns, thread_time_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 import torch
@@ -353,7 +353,20 @@ def test_auto_step_against_hand_written_hooks(paired: Paired) -> None:
         torch.set_num_threads(threads)
 
 
-def _auto_step_rounds(paired: Paired) -> None:
+class Rows(NamedTuple):
+    """The auto-step group's one model: its step, each row's instrumentation, the hand-written
+    hooks' list of times and the ``auto`` handle (installed; its state in place)."""
+
+    step: Callable[[], None]
+    uninstrumented: Instrumentation
+    hand: Instrumentation
+    auto: Instrumentation
+    times: list[int]
+    handle: instrument.AutoHandle
+
+
+def one_model_rows() -> Rows:
+    """The tiny MLP with AdamW, and the three rows' instrumentation captured on it."""
     model, opt, step = mlp_adamw_setup()
     uninstrumented = Instrumentation(model, opt)
     _fresh_hook_dicts(model, opt)
@@ -362,7 +375,13 @@ def _auto_step_rounds(paired: Paired) -> None:
     _fresh_hook_dicts(model, opt)
     instrument.configure(clock="cpu")
     handle = instrument.auto(model, opt, every=REPORT_EVERY, sinks=[])
-    timed = Instrumentation(model, opt)
+    return Rows(step, uninstrumented, hand, Instrumentation(model, opt), times, handle)
+
+
+def _auto_step_rounds(paired: Paired) -> None:
+    step, uninstrumented, hand, timed, times, handle = one_model_rows()
+    model = handle.model
+    assert model is not None
     try:
         paired(
             [
