@@ -27,9 +27,11 @@ def anchor() -> PathNode:
     """The path of the running (or last) ``backward`` region: where per-module backward
     regions and DDP's gradient all-reduce, which run on autograd's threads, are recorded."""
     parent = _parent
-    if parent is not None:
-        return parent.children.get(NAME) or parent
-    return ROOT.children.get(NAME) or ROOT.child(NAME, 0, "cpu")
+    if parent is not None:  # the region's node, or its parent's where it was switched off
+        node = parent.children.get(NAME)
+        return node if node is not None else parent
+    node = ROOT.children.get(NAME)
+    return node if node is not None else ROOT.child(NAME, 0, "cpu")
 
 
 def install(clock: object = None) -> Callable[[], None]:
