@@ -76,25 +76,25 @@ def _run(script: object, path: Path, slow_ms: float) -> None:
 def test_a_a_flags_nothing_and_a_b_flags_the_slowed_module_every_time(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Five repetitions: two runs of the same script compare as noise (``--fail-above 100``
+    """Five repetitions: two runs of the same script compare as noise (``--fail-above 300``
     exits 0), and a run with 2 ms more in one module is flagged, that module first.
 
     The runs are made one after another, and this shared 2-core machine's speed drifts
-    between two runs of ~1 s by 20 % on a quiet machine and by 45-50 % on a loaded one,
-    every region alike: a threshold of 100 % keeps that drift out, while the injected
-    slowdown (+2 ms on a ~0.07 ms module) is thousands of percent."""
+    between two runs of ~1 s by 20 % on a quiet machine, by 45-50 % on a loaded one and
+    past 100 % under heavy load, every region alike: a threshold of 300 % keeps that drift
+    out, while the injected slowdown (+2 ms on a ~0.07 ms module) is thousands of percent."""
     script = _script()
     for rep in range(5):
         a, a2, b = (tmp_path / f"{name}{rep}.jsonl" for name in ("a", "a2", "b"))
         _run(script, a, 0.0)
         _run(script, a2, 0.0)
         _run(script, b, 2.0)
-        code = cli.main(["diff", str(a), str(a2), "--fail-above", "100"])
+        code = cli.main(["diff", str(a), str(a2), "--fail-above", "300"])
         out, err = capsys.readouterr()
         assert code == 0, f"A/A repetition {rep} flagged:\n{out}\n{err}"
         assert " slower" not in out, out
         assert " faster" not in out, out
-        code = cli.main(["diff", str(a), str(b), "--fail-above", "100"])
+        code = cli.main(["diff", str(a), str(b), "--fail-above", "300"])
         out, err = capsys.readouterr()
         assert code == 1, f"A/B repetition {rep} not flagged:\n{out}"
         rows = {line.split()[0]: line.split() for line in out.splitlines()[3:] if line}
