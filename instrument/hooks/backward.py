@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from instrument.hooks import patches
-from instrument.regions.decorators import direct_call
+from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import _get
 from instrument.regions.region import region_for
 from instrument.registry import ROOT, PathNode
@@ -40,6 +40,8 @@ def install(clock: object = None) -> Callable[[], None]:
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         timed = direct_call(original, region)  # C: entered, called and left in one call
+        if timed is None:
+            timed = in_region(original, region)
 
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
@@ -48,10 +50,7 @@ def install(clock: object = None) -> Callable[[], None]:
             if top[3] is region or tracing():  # a backward inside backward: one region
                 return original(*args, **kwargs)
             _parent = top[0]
-            if timed is not None:
-                return timed(*args, **kwargs)
-            with region:
-                return original(*args, **kwargs)
+            return timed(*args, **kwargs)
 
         return backward
 

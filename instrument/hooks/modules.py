@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from instrument.hooks import patches, untraced
-from instrument.regions.decorators import direct_call
+from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import ROOT_FRAME, Frame, _get, _set
 from instrument.regions.region import Region, region_for
 from instrument.registry import ROOT, PathNode
@@ -211,7 +211,7 @@ class ModuleHooks:
         call = own if own is not None else type(module).forward
         bound_own = own is not None
         c_call = direct_call(call, region)  # C: the region entered and left in one call
-        timed_call = c_call if c_call is not None else _in_region(call, region)
+        timed_call = c_call if c_call is not None else in_region(call, region)
 
         @_wraps(call)
         def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -347,14 +347,3 @@ def _wraps(call: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[
         return forward
 
     return wrap
-
-
-def _in_region(call: Callable[..., Any], region: Region) -> Callable[..., Any]:
-    """``call`` inside a ``with region`` block (the pure path, generator and coroutine
-    forwards: where :func:`~instrument.regions.decorators.direct_call` gives none)."""
-
-    def in_region(*args: Any, **kwargs: Any) -> Any:
-        with region:
-            return call(*args, **kwargs)
-
-    return in_region

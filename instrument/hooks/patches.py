@@ -60,10 +60,3 @@ def _own(owner: object, attr: str) -> Any:
         return vars(owner)[attr]
     except (TypeError, KeyError):
         raise AttributeError(f"{owner!r} has no attribute {attr!r} of its own to patch") from None
-
-
-def original(owner: object, attr: str) -> Any:
-    """What ``owner.attr`` was before instrument patched it (the attribute itself if not):
-    the benchmarks swap a patch out and back in to time the same step without it."""
-    entry = _active.get((id(owner), attr))
-    return _own(owner, attr) if entry is None else entry[2]

@@ -15,6 +15,7 @@ callbacks; while C hooks are live it is patched to register ours again.
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Callable
@@ -124,6 +125,7 @@ def _on_compile_start(args: object = None) -> None:
 
 
 def _reset_keeping_ours(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
     def reset(*args: Any, **kwargs: Any) -> Any:
         try:
             return original(*args, **kwargs)
@@ -132,9 +134,6 @@ def _reset_keeping_ours(original: Callable[..., Any]) -> Callable[..., Any]:
                 if _swaps and not _traced:
                     _register()
 
-    reset.__wrapped__ = original  # type: ignore[attr-defined]
-    reset.__doc__ = original.__doc__
-    reset.__name__ = getattr(original, "__name__", "reset")
     return reset
 
 

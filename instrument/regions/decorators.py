@@ -55,6 +55,17 @@ def direct_call(func: F, region: Region) -> F | None:
     return timed if isinstance(timed, native.timed_types) else None
 
 
+def in_region(func: Callable[..., Any], region: Region) -> Callable[..., Any]:
+    """``func`` called inside a ``with region`` block: where :func:`direct_call` gives none
+    (the pure path, generator and coroutine functions)."""
+
+    def in_region(*args: Any, **kwargs: Any) -> Any:
+        with region:
+            return func(*args, **kwargs)
+
+    return in_region
+
+
 class _NamedByFunction:
     """``timed()`` / ``timed(clock=...)`` with no name: a decorator naming by ``__qualname__``."""
 

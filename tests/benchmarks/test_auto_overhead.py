@@ -287,7 +287,7 @@ class Instrumentation:
     ``torch.autograd.backward``. Nothing else that ``auto`` patches runs in this step."""
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer) -> None:
-        self._model, self._opt = model, opt
+        self._opt = opt
         self._modules = [
             (m, vars(m).get("forward"), m._forward_pre_hooks, m._forward_hooks)
             for m in model.modules()
