@@ -60,6 +60,14 @@ def test_dynamo_reset_inside_auto_keeps_the_switch() -> None:
     with instrument.auto(model, every=None, sinks=[], collectives=False):
         torch._dynamo.reset()  # clears Dynamo's callbacks, ours included: registered again
         assert all(is_c(f) for f in forwards(model))
+
+        # a compiled function, not a module: only the compile-start callback can switch
+        @torch.compile(backend="eager", fullgraph=True)
+        def logits(x: torch.Tensor) -> torch.Tensor:
+            return model(x)
+
+        logits(batch())
+        assert not any(is_c(f) for f in forwards(model))
         explained = torch._dynamo.explain(model)(batch())
         assert explained.graph_break_count == 0
         assert not any(is_c(f) for f in forwards(model))
