@@ -6,8 +6,10 @@ a key whose value cannot be read on this platform is left out, nothing raises:
 - ``host_rss``: the process's resident set size now (Linux: ``VmRSS`` of ``/proc/self/status``,
   the same counter as the resident pages of ``/proc/self/statm``; left out elsewhere).
 - ``host_peak_rss``: the peak resident set size since the previous sample (Linux: ``VmHWM``,
-  reset after reading). Where the peak cannot be reset, or without ``/proc`` (macOS), it is the
-  lifetime peak (``getrusage().ru_maxrss``) - see :class:`MemorySampler`.
+  reset after reading; ``/proc/self/status`` is read only where ``getrusage`` and
+  ``/proc/self/statm`` cannot show that the peak is the RSS now: :func:`_rss_at_its_peak`).
+  Where the peak cannot be reset, or without ``/proc`` (macOS), it is the lifetime peak
+  (``getrusage().ru_maxrss``) - see :class:`MemorySampler`.
 - ``device_allocated`` / ``device_peak_allocated``: bytes held by tensors in PyTorch's CUDA
   caching allocator on the current device, now and the interval's peak.
 - ``device_reserved`` / ``device_peak_reserved``: bytes the caching allocator holds from the
@@ -52,6 +54,7 @@ FIELDS: tuple[str, ...] = (
 """Every key :meth:`MemorySampler.sample` can return, host first, then device."""
 
 _PROC_STATUS = "/proc/self/status"
+_PROC_STATM = "/proc/self/statm"
 _CLEAR_REFS = "/proc/self/clear_refs"
 
 _DEVICE_STATS = (
@@ -120,6 +123,34 @@ def _proc_status() -> tuple[int | None, int | None]:
     return _kib_field(text, b"VmRSS:"), _kib_field(text, b"VmHWM:")
 
 
+try:
+    _PAGE = os.sysconf("SC_PAGE_SIZE")
+except (AttributeError, ValueError, OSError):  # no sysconf (Windows)
+    _PAGE = 0
+
+
+def _rss_at_its_peak() -> int | None:
+    """The RSS in bytes when two cheap reads prove it is the peak since the last reset, else
+    None (then ``/proc/self/status`` is read: ten times dearer in the kernel).
+
+    ``getrusage``'s ``ru_maxrss`` is at least the kernel's peak mark (it is the larger of
+    that mark, the RSS and the peaks folded in when threads exited), and VmHWM is the larger
+    of the mark and the RSS: so a ``ru_maxrss`` no higher than the RSS of
+    ``/proc/self/statm`` (the counters of VmRSS) means VmHWM is that RSS. Not so once memory
+    went back to the system since the peak, or a thread exited at a higher one."""
+    if resource is None or not _PAGE or sys.platform == "darwin":
+        return None
+    try:
+        resident = os.pread(_fd(_PROC_STATM, os.O_RDONLY), 128, 0).split()[1]
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (OSError, IndexError):
+        return None
+    if not resident.isdigit():
+        return None
+    rss = int(resident) * _PAGE
+    return rss if peak_kib * 1024 <= rss else None
+
+
 def _lifetime_peak_rss() -> int | None:
     """The process's lifetime peak RSS in bytes from ``getrusage``, or ``None`` (Windows)."""
     if resource is None:
@@ -167,7 +198,9 @@ class MemorySampler:
         """Memory now and since the previous sample, in bytes; then reset the peaks."""
         # (the host's sample inline: a flush runs it every interval)
         memory: dict[str, int] = {}
-        rss, peak = _proc_status()
+        rss = peak = _rss_at_its_peak()
+        if rss is None:
+            rss, peak = _proc_status()
         if rss is not None:
             memory["host_rss"] = rss
         if peak is None:

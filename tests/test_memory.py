@@ -54,6 +54,7 @@ def test_host_peak_is_per_interval() -> None:
 
 def test_without_proc_falls_back_to_lifetime_peak(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memory_module, "_PROC_STATUS", "/nonexistent/status")
+    monkeypatch.setattr(memory_module, "_PROC_STATM", "/nonexistent/statm")
     monkeypatch.setattr(memory_module, "_CLEAR_REFS", "/nonexistent/clear_refs")
     sampler = MemorySampler()
     memory = sampler.sample()
@@ -214,26 +215,30 @@ def test_allocation_retries_on_a_gpu(caplog: pytest.LogCaptureFixture) -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
 def test_forked_child_reads_its_own_proc_files() -> None:
-    """The sampler keeps /proc/self/status open; a forked child must not read its parent's."""
+    """The sampler keeps /proc/self/status and statm open; a forked child must not read its
+    parent's."""
     import os
 
-    sampler = MemorySampler()
-    sampler.sample()  # opens the files in the parent
+    def read_both() -> None:
+        memory_module._proc_status()
+        memory_module._rss_at_its_peak()
+
+    read_both()  # opens the files in the parent
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
-            sampler.sample()
-            fd = memory_module._fds[(memory_module._PROC_STATUS, os.O_RDONLY)]
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            os.write(write, target.encode())
+            read_both()
+            paths = (memory_module._PROC_STATUS, memory_module._PROC_STATM)
+            fds = [memory_module._fds[(path, os.O_RDONLY)] for path in paths]
+            os.write(write, " ".join(os.readlink(f"/proc/self/fd/{fd}") for fd in fds).encode())
         finally:
             os._exit(0)
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
-        target = pipe.read().decode()
+        targets = pipe.read().decode()
     os.waitpid(pid, 0)
-    assert target == f"/proc/{pid}/status"
+    assert targets == f"/proc/{pid}/status /proc/{pid}/statm"
 
 
 @pytest.mark.parametrize(
@@ -258,9 +263,59 @@ def test_peak_is_reset_only_when_above_the_rss(monkeypatch: pytest.MonkeyPatch) 
     sampler = MemorySampler()
     resets: list[int] = []
     monkeypatch.setattr(sampler, "_reset_host_peak", lambda: resets.append(1))
+    monkeypatch.setattr(memory_module, "_rss_at_its_peak", lambda: None)
     monkeypatch.setattr(memory_module, "_proc_status", lambda: (100 * MiB, 100 * MiB))
     assert sampler.sample()["host_peak_rss"] == 100 * MiB
     assert resets == []
     monkeypatch.setattr(memory_module, "_proc_status", lambda: (100 * MiB, 300 * MiB))
     assert sampler.sample()["host_peak_rss"] == 300 * MiB
     assert resets == [1] or not sampler.host_peak_resets
+
+
+_AT_PEAK = """
+import os, resource, sys
+import torch
+from instrument import memory
+page = os.sysconf("SC_PAGE_SIZE")
+rss = int(open("/proc/self/statm").read().split()[1]) * page
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+buffer = torch.ones((max(peak - rss, 0) + 64 * 2**20) // 4)  # written: the RSS at a new high
+reads = []
+status = memory._proc_status
+memory._proc_status = lambda: reads.append(1) or status()
+sample = memory.MemorySampler().sample()
+vm_rss, vm_hwm = status()
+print(len(reads), sample["host_rss"], sample["host_peak_rss"], vm_rss, vm_hwm)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
+def test_rss_at_its_peak_needs_no_status_read() -> None:
+    """In a process whose RSS is at its highest, the sample skips /proc/self/status (ten
+    times dearer) and reports what it would have: VmHWM equal to VmRSS."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _AT_PEAK], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
+    reads, rss, peak, vm_rss, vm_hwm = map(int, out)
+    assert reads == 0
+    assert peak == rss
+    assert vm_hwm == vm_rss  # what the status read says just after
+    assert abs(rss - vm_rss) <= MiB
+
+
+def test_a_freed_peak_is_read_from_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory given back to the system since the peak: the cheap reads cannot prove the
+    peak, so /proc/self/status is read."""
+    sampler = MemorySampler()
+    buffer = torch.ones(200 * MB // 4)
+    del buffer  # freed back to the OS (munmap): ru_maxrss stays above the RSS
+    reads: list[int] = []
+    status = memory_module._proc_status
+    monkeypatch.setattr(memory_module, "_proc_status", lambda: reads.append(1) or status())
+    assert memory_module._rss_at_its_peak() is None
+    memory = sampler.sample()
+    assert reads == [1]
+    assert memory["host_peak_rss"] - memory["host_rss"] >= 150 * MB
