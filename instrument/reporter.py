@@ -337,7 +337,8 @@ class Reporter:
         ):
             barrier_with_timeout(self.barrier_timeout, self.barrier_group)
         config.refresh_auto_clock()
-        region_ns = selfcost.region_ns()  # calibrated at the first flush, not counted in it
+        entered = _state.now()
+        region_ns = selfcost.region_ns()  # calibrated at the first flush: its time counted
         hooked_ns = selfcost.hook_ns()  # likewise, at the first flush after auto()
         began = _state.now()
         collected = registry.collect(registry.open_calls(frames._get()))
@@ -374,7 +375,7 @@ class Reporter:
         )
         report = self._across_ranks(report)
         self._emit(report)
-        self._last_flush_ns = _state.now() - began
+        self._last_flush_ns = _state.now() - entered
         return report
 
     def _across_ranks(self, report: Report) -> Report:

@@ -58,6 +58,38 @@ def test_self_cost_is_regions_times_their_cost_plus_the_last_flush(
     assert tags["instrument/regions"] == 1.0
 
 
+def test_the_calibrations_count_in_their_flush_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first flush calibrates (about 4 ms with auto's hooks): that is the timing's own
+    time too, reported with the flush in the next report, not left in its step time."""
+    clock = FakeClock()
+
+    def calibrate(seconds: float, ns: float) -> Callable[[], float]:
+        def run() -> float:
+            clock.advance(seconds)
+            return ns
+
+        return run
+
+    monkeypatch.setattr(selfcost, "_region_ns", None)
+    monkeypatch.setattr(selfcost, "_calibrate", calibrate(0.001, 500.0))
+    undo = selfcost.count_hooked(["forward"], calibrate(0.003, 900.0))
+    try:
+        with use_clock(clock), capture_reports(sinks=[]):
+            reporter = instrument.reporter.live_reporters()[-1]
+            clock.advance(1.0)
+            first = reporter.flush()
+            clock.advance(1.0)
+            second = reporter.flush()
+            clock.advance(1.0)
+            third = reporter.flush()
+    finally:
+        undo()
+    assert first.self_cost is not None and first.self_cost.region_ns == 500.0
+    assert second.self_cost is not None and third.self_cost is not None
+    assert second.self_cost.flush_seconds == pytest.approx(0.004)  # both calibrations
+    assert third.self_cost.flush_seconds == 0.0  # measured once
+
+
 def test_a_report_not_made_by_a_flush_has_no_self_cost_line() -> None:
     report = Report()
     assert report.self_cost is None
