@@ -164,10 +164,12 @@ def fit(
     val: bool = False,
     manual: bool = False,
     scheduler: bool = False,
+    module: type[Module] | None = None,
     **trainer_options: Any,
 ) -> Module:
     torch.manual_seed(0)
-    model = (ValidatedModule if val else Module)(clock, manual=manual, scheduler=scheduler)
+    kind = module or (ValidatedModule if val else Module)
+    model = kind(clock, manual=manual, scheduler=scheduler)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
@@ -518,6 +520,55 @@ def test_reports_reach_the_trainers_loggers(clock: FakeClock, sink: InMemory, lo
         assert metrics["instrument/time/training_step/forward/total_ms"] == pytest.approx(
             FORWARD * 1e3
         )
+
+
+class TwoOptimizers(Module):
+    """Manual optimization with two optimizers (a GAN's shape): Lightning's global step
+    counts both steps, instrument's steps the last one's."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        first, second = self.optimizers()
+        for opt in (first, second):
+            loss = nn.functional.mse_loss(self(x), y)
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        return ClockedSGD(self.parameters(), self.clock), ClockedSGD(self.parameters(), self.clock)
+
+
+class GlobalSteps(pl.Callback):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        self.seen.append(trainer.global_step)
+
+
+def test_reports_are_logged_at_the_global_step_of_their_last_step(
+    clock: FakeClock, sink: InMemory
+) -> None:
+    """Two optimizers stepped by hand: each batch is two global steps and one instrument
+    step; a report of 2 steps goes to the loggers at the global step its last batch ended
+    at (4, 8, 12), not at instrument's step count (2, 4, 6)."""
+    recording, steps = RecordingLogger(), GlobalSteps()
+    callback = InstrumentCallback(every=2, sinks=[sink])
+    fit(
+        clock,
+        callbacks=[callback, steps],
+        logger=recording,
+        steps=12,
+        batches=6,
+        manual=True,
+        module=TwoOptimizers,
+    )
+    logged = [step for step, m in recording.logged if "instrument/step_ms" in m]
+    assert steps.seen == [2, 4, 6, 8, 10, 12]
+    assert [report.step for report in sink.reports] == [2, 4, 6]
+    assert logged == [4, 8, 12]
 
 
 def test_lightning_is_imported_only_by_the_integration() -> None:

@@ -85,21 +85,29 @@ def _first_dim(batch: Any, depth: int) -> int | None:
 
 class ToLoggers(Sink):
     """Each report's :func:`figures` to the Trainer's loggers (``trainer.loggers``), at the
-    Trainer's global step. Distributed: Lightning's loggers write on rank 0 only."""
+    Trainer's global step once the report's last step has ended: a report flushed inside an
+    optimizer step (before Lightning counts it) is held until :meth:`send` runs at the end
+    of the batch or of the fit. Distributed: Lightning's loggers write on rank 0 only."""
 
     def __init__(self, trainer: Any, mode: str, depth: int) -> None:
         self._trainer = weakref.ref(trainer)
         self._mode = mode
         self._depth = depth
-        self._first_step = int(getattr(trainer, "global_step", 0))
+        self._held: list[dict[str, float]] = []
 
     def write(self, report: Report) -> None:
+        self._held.append(figures(report, self._mode, self._depth))
+
+    def send(self) -> None:
+        """Log the held reports' figures at the Trainer's global step now."""
+        held, self._held = self._held, []
         trainer = self._trainer()
-        if trainer is None:
+        if trainer is None or not held:
             return
-        metrics = figures(report, self._mode, self._depth)
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=self._first_step + report.step)
+        step = int(getattr(trainer, "global_step", 0))
+        for metrics in held:
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step)
 
 
 def _set_attr(obj: Any, name: str, value: Any) -> Callable[[], None]:
@@ -206,6 +214,7 @@ class Session:
         self._step_region = region_for("training_step", self._clock)
         self._inside = 0  # training_step calls running
         self._held: list[tuple[int | None, int | None]] = []  # ticks held until they return
+        self._to_loggers: ToLoggers | None = None
 
     @property
     def handle(self) -> AutoHandle | None:
@@ -227,7 +236,8 @@ class Session:
         if reporter is None:
             sinks = [Console()] if self._sinks is None else list(self._sinks)
             if self._log != "none" and getattr(trainer, "loggers", None):
-                sinks.append(ToLoggers(trainer, self._log, self._log_depth))
+                self._to_loggers = ToLoggers(trainer, self._log, self._log_depth)
+                sinks.append(self._to_loggers)
             reporter = Reporter(
                 every=self._every,
                 sinks=sinks,
@@ -256,6 +266,12 @@ class Session:
         """Time a batch fetcher Lightning made anew (dataloaders reloaded every n epochs)."""
         if self._handle is not None:
             self._time_data(trainer)
+
+    def batch_end(self) -> None:
+        """``on_train_batch_end``: the batch's optimizer steps are counted now; log what
+        they reported."""
+        if self._to_loggers is not None:
+            self._to_loggers.send()
 
     def validation_start(self, trainer: Any) -> None:
         """``on_validation_start`` during fit (not the sanity check): open ``validation``."""
@@ -291,6 +307,9 @@ class Session:
             reporter.close(flush=flush)
             if not flush:  # what followed the last optimizer step is no step: leave nothing
                 registry.collect()
+        if self._to_loggers is not None:
+            self._to_loggers.send()
+            self._to_loggers = None
 
     # -- what is installed ----------------------------------------------------------------
 
@@ -481,6 +500,9 @@ class CallbackHooks:
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self.session.epoch_start(trainer)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+        self.session.batch_end()
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self.session.validation_start(trainer)
