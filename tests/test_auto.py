@@ -6,6 +6,8 @@ import contextlib
 import copy
 import inspect
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -595,3 +597,45 @@ def test_backward_anchor_from_another_thread_is_the_running_backward(sink: InMem
     assert report["backward"].count == 1
     assert report["step/backward"].count == 1
     assert not any(p.endswith("backward/backward") for p in report.paths())
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1),
+        lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt),
+        lambda opt: torch.optim.lr_scheduler.SequentialLR(
+            opt,
+            [torch.optim.lr_scheduler.ConstantLR(opt), torch.optim.lr_scheduler.StepLR(opt, 1)],
+            milestones=[2],
+        ),
+    ],
+)
+def test_a_timed_scheduler_saves_and_loads_the_state_it_would_without(
+    make: Callable[[torch.optim.Optimizer], Any],
+) -> None:
+    """torch's schedulers save their ``__dict__``: the timed ``step`` must not end up in a
+    checkpoint (HF's Trainer crashed saving one: a wrapper cannot be pickled), and loading
+    a checkpoint must not undo the timing."""
+    import io
+
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = make(opt)
+    plain = scheduler.state_dict()
+    handle = instrument.auto(model, opt, lr_scheduler=scheduler, every=None, sinks=[])
+    state = scheduler.state_dict()
+    assert state.keys() == plain.keys()
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    scheduler.load_state_dict(torch.load(buffer, weights_only=False))
+    opt.step()
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        scheduler.step(1.0)
+    else:
+        scheduler.step()
+    assert handle.reporter.flush()["lr_scheduler"].count == 1
+    handle.remove()
+    assert "step" not in vars(scheduler)
+    assert "state_dict" not in vars(scheduler)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,6 +155,23 @@ def test_trainer_tree_with_gradient_accumulation_and_logged_figures() -> None:
     assert "instrument/forward/transformer_ms" in figures(report, depth=2)
     assert "instrument/time/forward/total_ms" in figures(report, "all")
     assert callback.handle is None
+    assert_nothing_left(trainer)
+
+
+def test_the_trainer_saves_checkpoints_under_the_callback(tmp_path: Path) -> None:
+    """A checkpoint holds the scheduler's state_dict (its ``__dict__``): the timed ``step``
+    must not be in it (it crashed ``torch.save`` at the first save)."""
+    sink = InMemory()
+    trainer = train(
+        gpt2,
+        InstrumentCallback(sinks=[sink]),
+        output_dir=str(tmp_path),
+        save_strategy="steps",
+        save_steps=2,
+    )
+    saved = torch.load(tmp_path / "checkpoint-4" / "scheduler.pt", weights_only=False)
+    assert not any(callable(value) for value in saved.values())
+    assert [r["lr_scheduler"].count for r in sink.reports] == [1, 2]  # (after the tick)
     assert_nothing_left(trainer)
 
 

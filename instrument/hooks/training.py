@@ -82,24 +82,68 @@ def time_model_zero_grad(model: nn.Module, clock: object = None) -> Callable[[],
 
 def time_scheduler(scheduler: object, clock: object = None) -> Callable[[], None]:
     """Time ``scheduler.step()`` as ``lr_scheduler`` (a method put on the instance); returns
-    the undo. Any object with a ``step`` method works (torch's schedulers, HF's, ...)."""
+    the undo. Any object with a ``step`` method works (torch's schedulers, HF's, ...).
+
+    torch's schedulers save their ``__dict__`` as their state (``state_dict()``, which
+    Trainers checkpoint): the instance's ``state_dict`` is wrapped too, so the state it
+    returns is what it would be without instrument (no timed method in a checkpoint)."""
     step = getattr(scheduler, "step", None)
     if not callable(step):
         raise TypeError(
             f"lr_scheduler must have a step() method (a torch.optim.lr_scheduler.LRScheduler "
             f"or the like), got {type(scheduler).__name__}"
         )
-    had = "step" in vars(scheduler)
-    before = vars(scheduler).get("step")
-    timed = decorate(step, region_for("lr_scheduler", clock))
-    vars(scheduler)["step"] = timed
+    own = vars(scheduler)
+    before = {name: own[name] for name in ("step", "state_dict") if name in own}
+    put: dict[str, Any] = {"step": decorate(step, region_for("lr_scheduler", clock))}
+    undo_step = _put_own(own, "step", put["step"])
+    state_dict = getattr(scheduler, "state_dict", None)
+    if not callable(state_dict):
+        return undo_step
+    put["state_dict"] = _state_without(state_dict, put, before)
+    undo_state = _put_own(own, "state_dict", put["state_dict"])
 
     def undo() -> None:
-        if vars(scheduler).get("step") is not timed:
+        undo_state()
+        undo_step()
+
+    return undo
+
+
+def _state_without(
+    state_dict: Callable[..., Any], put: dict[str, Any], before: dict[str, Any]
+) -> Callable[..., Any]:
+    """``state_dict`` whose result leaves out the instance attributes instrument ``put``
+    (read when called), with what they replaced (``before``) back in their place."""
+
+    @functools.wraps(state_dict)
+    def without(*args: Any, **kwargs: Any) -> Any:
+        state = state_dict(*args, **kwargs)
+        if isinstance(state, dict):
+            for name, value in put.items():
+                if state.get(name) is value:
+                    if name in before:
+                        state[name] = before[name]
+                    else:
+                        del state[name]
+        return state
+
+    return without
+
+
+def _put_own(own: dict[str, Any], name: str, value: object) -> Callable[[], None]:
+    """Put ``value`` in the instance ``__dict__`` ``own`` as ``name``; the undo puts back
+    what was there (unless something else replaced ``value`` since)."""
+    had = name in own
+    before = own.get(name)
+    own[name] = value
+
+    def undo() -> None:
+        if own.get(name) is not value:
             return
         if had:
-            vars(scheduler)["step"] = before
+            own[name] = before
         else:
-            del vars(scheduler)["step"]
+            del own[name]
 
     return undo
