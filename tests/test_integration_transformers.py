@@ -175,6 +175,42 @@ def test_the_trainer_saves_checkpoints_under_the_callback(tmp_path: Path) -> Non
     assert_nothing_left(trainer)
 
 
+def test_a_ratio_of_logging_steps_reports_at_each_log() -> None:
+    """``logging_steps=0.5`` of 4 steps: the Trainer logs every 2 steps, so do the reports."""
+    sink = InMemory()
+    trainer = train(gpt2, InstrumentCallback(sinks=[sink]), logging_steps=0.5)
+    assert [r.steps for r in sink.reports] == [2, 2]
+    logged = [e["step"] for e in trainer.state.log_history if "instrument/step_ms" in e]
+    assert logged == [2, 4]
+
+
+class _Failing(transformers.TrainerCallback):  # type: ignore[misc]
+    def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("boom")
+
+
+def test_after_a_train_that_raised_remove_takes_everything_off() -> None:
+    """The Trainer has no exception event: ``callback.remove()`` after catching it."""
+    callback = InstrumentCallback(sinks=[])
+    torch.manual_seed(0)
+    trainer = transformers.Trainer(
+        model=gpt2(),
+        args=transformers.TrainingArguments(
+            output_dir="/tmp/instrument-hf-tests", per_device_train_batch_size=BATCH,
+            max_steps=4, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+        ),
+        train_dataset=TokenData(),
+        callbacks=[callback, _Failing()],
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.train()
+    assert callback.handle is not None  # (no on_train_end)
+    callback.remove()
+    callback.remove()
+    assert callback.handle is None
+    assert_nothing_left(trainer)
+
+
 def test_losses_are_bit_identical_with_and_without_the_callback() -> None:
     plain = train(gpt2, None, steps=3, logging_steps=1)
     timed = train(gpt2, InstrumentCallback(sinks=[]), steps=3, logging_steps=1)

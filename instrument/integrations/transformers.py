@@ -108,14 +108,15 @@ class InstrumentCallback(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         """Install ``auto`` on what this ``train()`` uses."""
-        self._remove()
+        self.remove()
         if model is None:
             raise ValueError("InstrumentCallback needs the Trainer's model (got None)")
         every = self.every
         if every is None:
             strategy = getattr(args, "logging_strategy", "")
             logging_by_steps = str(getattr(strategy, "value", strategy)).lower() == "steps"
-            steps = getattr(args, "logging_steps", 0)
+            # (a ratio of the run, logging_steps < 1, the Trainer has made a count by now)
+            steps = getattr(state, "logging_steps", None) or getattr(args, "logging_steps", 0)
             every = int(steps) if logging_by_steps and steps >= 1 else 50
         sinks = [Console()] if self._sinks is None else list(self._sinks)
         counting = self.count_tokens and train_dataloader is not None
@@ -163,9 +164,12 @@ class InstrumentCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Remove every hook; the steps since the last report make one last report."""
-        self._remove()
+        self.remove()
 
-    def _remove(self) -> None:
+    def remove(self) -> None:
+        """Remove every hook and patch now (idempotent). ``train()`` does it at its end, but
+        a ``train()`` that raised never gets there (the Trainer has no exception event): call
+        this after catching its exception. The next ``train()`` also starts with it."""
         handle, self.handle = self.handle, None
         if handle is not None:
             handle.remove()
