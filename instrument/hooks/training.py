@@ -94,7 +94,7 @@ def time_scheduler(scheduler: object, clock: object = None) -> Callable[[], None
             f"or the like), got {type(scheduler).__name__}"
         )
     own = vars(scheduler)
-    before = {name: own[name] for name in ("step", "state_dict") if name in own}
+    before: dict[str, Any] = {name: own[name] for name in ("step", "state_dict") if name in own}
     put: dict[str, Any] = {"step": decorate(step, region_for("lr_scheduler", clock))}
     undo_step = _put_own(own, "step", put["step"])
     state_dict = getattr(scheduler, "state_dict", None)

@@ -116,7 +116,7 @@ class InstrumentCallback(TrainerCallback):
             strategy = getattr(args, "logging_strategy", "")
             logging_by_steps = str(getattr(strategy, "value", strategy)).lower() == "steps"
             # (a ratio of the run, logging_steps < 1, the Trainer has made a count by now)
-            steps = getattr(state, "logging_steps", None) or getattr(args, "logging_steps", 0)
+            steps: Any = getattr(state, "logging_steps", None) or getattr(args, "logging_steps", 0)
             every = int(steps) if logging_by_steps and steps >= 1 else 50
         sinks = [Console()] if self._sinks is None else list(self._sinks)
         counting = self.count_tokens and train_dataloader is not None
