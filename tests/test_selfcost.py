@@ -84,8 +84,10 @@ def test_the_calibrations_count_in_their_flush_time(monkeypatch: pytest.MonkeyPa
             third = reporter.flush()
     finally:
         undo()
-    assert first.self_cost is not None and first.self_cost.region_ns == 500.0
-    assert second.self_cost is not None and third.self_cost is not None
+    assert first.self_cost is not None
+    assert first.self_cost.region_ns == 500.0
+    assert second.self_cost is not None
+    assert third.self_cost is not None
     assert second.self_cost.flush_seconds == pytest.approx(0.004)  # both calibrations
     assert third.self_cost.flush_seconds == 0.0  # measured once
 
