@@ -59,6 +59,11 @@ class FlopMeter:
         self._stop()
 
 
+#: The one-time warning that the model's forward was never timed (an integration that knows
+#: why warns under this key first, with its own advice).
+FORWARD_UNSEEN = "auto:forward-unseen"
+
+
 class ForwardCheck:
     """Ticks through to ``tick``; at the second tick, if no region of the model's modules
     (``names``: its ``forward`` and its submodules', since a LightningModule's
@@ -92,7 +97,7 @@ class ForwardCheck:
                 self._seen = True
                 self._done(self._tick)
                 warn_once(
-                    "auto:forward-unseen",
+                    FORWARD_UNSEEN,
                     "instrument.auto: the model's forward was not timed in the first "
                     "optimizer steps, so it is in '(other)'. The model is probably called "
                     "inside a function compiled with torch.compile (torch.compile(train_step)"

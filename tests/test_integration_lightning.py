@@ -662,9 +662,17 @@ def test_a_compiled_module_fits_with_fullgraph_and_no_graph_break(sink: InMemory
         callbacks=[InstrumentCallback(every=2, sinks=[sink])],
     )  # fmt: skip
     compiled = torch.compile(_Plain(), backend="eager", fullgraph=True)
-    trainer.fit(compiled, torch.utils.data.DataLoader(data, batch_size=8))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(compiled, torch.utils.data.DataLoader(data, batch_size=8))
     assert not torch._dynamo.utils.counters["graph_break"]
     assert len(sink.reports) == 2
     for report in sink.reports:
         assert {"training_step", "backward", "optimizer", "zero_grad"} <= set(report.paths())
         assert report["training_step"].count == 2
+        assert not any(path.startswith("training_step/") for path in report.paths())
+    # the forward ran inside Lightning's compiled training_step: said why, with advice
+    # that fits (not auto's "compile the model itself", which the user did)
+    said = [str(w.message) for w in caught if "instrument:" in str(w.message)]
+    assert len(said) == 1
+    assert "makes Lightning compile training_step itself" in said[0]

@@ -29,7 +29,7 @@ import torch
 
 from instrument import clocks, registry
 from instrument._warn import warn_once
-from instrument.auto import AutoHandle, auto
+from instrument.auto import FORWARD_UNSEEN, AutoHandle, auto
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
 from instrument.hooks.optim import _resumed
@@ -108,6 +108,21 @@ class ToLoggers(Sink):
         for metrics in held:
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
+
+
+def _warn_compiled_training_step() -> None:
+    """``trainer.fit(torch.compile(model))``: Lightning compiles ``training_step`` itself
+    (``from_compiled``), so the forward runs inside a compiled function. Said before the
+    fit, in place of ``auto``'s advice to compile the model (which the user did)."""
+    warn_once(
+        FORWARD_UNSEEN,
+        "instrument: trainer.fit(torch.compile(model)) makes Lightning compile training_step "
+        "itself, and the model's forward runs inside that compiled function, where "
+        "instrument cannot see: the tree has training_step but no forward or module lines. "
+        "To see the modules, compile them inside the LightningModule instead "
+        "(self.net = torch.compile(self.net)) and pass fit() the LightningModule itself",
+        stacklevel=4,
+    )
 
 
 def _set_attr(obj: Any, name: str, value: Any) -> Callable[[], None]:
@@ -249,6 +264,8 @@ class Session:
         self._undo = [_set_attr(reporter, "step", self._holding(reporter.step))]
         try:
             optimizers = list(trainer.optimizers)
+            if isinstance(getattr(pl_module, "_compiler_ctx", None), dict):
+                _warn_compiled_training_step()
             self._handle = auto(pl_module, optimizers, reporter=reporter, **self._auto)
             self._install(trainer, pl_module)
         except Exception as error:  # instrumentation never stops training
