@@ -137,3 +137,31 @@ def test_lightning_optimizer_is_followed_to_the_real_optimizer() -> None:
         opt.zero_grad()
         report = handle.reporter.flush()
     assert report["optimizer"].count == report["zero_grad"].count == 1
+
+
+def test_auto_before_prepare_with_mixed_precision_says_remove_cannot_undo_it() -> None:
+    """``prepare(model)`` with mixed precision wraps ``model.forward`` on top of auto's
+    timed one: ``remove()`` cannot take the timing out from under it, and says so."""
+    accelerator = accelerate.Accelerator(cpu=True, mixed_precision="bf16")
+    model, opt, loader = parts()
+    handle = instrument.auto(model, opt, every=None, sinks=[], collectives=False)
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    x, _ = next(iter(loader))
+    model(x)
+    with pytest.warns(RuntimeWarning, match="remove\\(\\) cannot take the timing out") as said:
+        handle.remove()
+    assert said[0].filename == __file__  # it names the remove() call
+    model(x)
+    assert instrument.Reporter(every=None, sinks=[]).flush().paths() == ("forward",)
+
+
+def test_auto_after_prepare_with_mixed_precision_removes_cleanly() -> None:
+    accelerator = accelerate.Accelerator(cpu=True, mixed_precision="bf16")
+    model, opt, loader = accelerator.prepare(*parts())
+    handle = instrument.auto(model, opt, every=None, sinks=[], collectives=False)
+    x, _ = next(iter(loader))
+    model(x)
+    assert handle.reporter.flush()["forward"].count == 1
+    handle.remove()
+    model(x)
+    assert instrument.Reporter(every=None, sinks=[]).flush().paths() == ()

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from instrument._warn import warn_once
 from instrument.hooks import patches, untraced
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import ROOT_FRAME, Frame, _get, _set
@@ -227,11 +228,22 @@ class ModuleHooks:
         module.__dict__["forward"] = traceable if fast is None else fast
 
         def restore() -> None:
-            if module.__dict__.get("forward") in (traceable, fast):
+            current = module.__dict__.get("forward")
+            if current in (traceable, fast):
                 if bound_own:
                     module.__dict__["forward"] = own
                 else:
                     del module.__dict__["forward"]
+            elif _wraps_one_of(current, (forward, c_call)):
+                warn_once(
+                    "auto:forward-buried",
+                    f"instrument: the forward of this {type(module).__name__} was wrapped "
+                    "after instrument.auto() timed it (accelerate's prepare() with mixed "
+                    "precision does this), so remove() cannot take the timing out from under "
+                    "that wrapper and its calls are still recorded; call auto() after "
+                    "prepare()",
+                    stacklevel=5,
+                )
 
         self._restore.append(restore)
 
@@ -347,3 +359,15 @@ def _wraps(call: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[
         return forward
 
     return wrap
+
+
+def _wraps_one_of(call: object, inner: tuple[object, ...], depth: int = 8) -> bool:
+    """Whether ``call`` is a wrapper (``__func__`` of a method, ``__wrapped__`` of a
+    ``functools.wraps`` function) around one of ``inner``, down to ``depth`` layers."""
+    for _ in range(depth):
+        if call is None:
+            return False
+        if any(call is one for one in inner if one is not None):
+            return True
+        call = getattr(call, "__func__", None) or getattr(call, "__wrapped__", None)
+    return False
