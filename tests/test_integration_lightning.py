@@ -343,6 +343,34 @@ def test_validation_clipping_and_scheduler_lines(clock: FakeClock, sink: InMemor
     assert_nothing_left(model)
 
 
+@pytest.mark.parametrize("ending", ["max_epochs", "max_steps", "manual"])
+def test_what_follows_the_last_step_is_dropped_also_from_a_partial_interval(
+    clock: FakeClock, sink: InMemory, ending: str
+) -> None:
+    """5 steps reported every 3: the last report has 2 steps, and the epoch-end validation
+    and the last scheduler step that run after the fit's last step are in no report — as
+    when ``every`` divides the steps (they were in the partial one: validation at
+    thousands of % of its one step)."""
+    by = {"steps": 5, "epochs": 2} if ending == "max_steps" else {"steps": -1, "epochs": 1}
+    manual = ending == "manual"  # (Lightning steps no scheduler then)
+    model = fit(
+        clock,
+        callbacks=[InstrumentCallback(every=3, sinks=[sink])],
+        batches=5,
+        val=True,
+        scheduler=not manual,
+        manual=manual,
+        **by,
+    )
+    first, last = sink.reports
+    assert (first.steps, last.steps) == (3, 2)
+    assert "validation" not in last
+    if not manual:
+        assert [r["lr_scheduler"].count for r in sink.reports] == [2, 2]
+    assert last.other == pytest.approx(0.0, abs=1e-9)
+    assert_nothing_left(model)
+
+
 def test_no_clip_grad_norm_line_without_clipping(clock: FakeClock, sink: InMemory) -> None:
     fit(clock, callbacks=[InstrumentCallback(every=4, sinks=[sink])])
     assert "clip_grad_norm" not in sink.last

@@ -110,6 +110,25 @@ class ToLoggers(Sink):
                 logger.log_metrics(metrics, step=step)
 
 
+def _last_step_of_fit(trainer: Any, counted: bool) -> bool:
+    """Whether ``fit()`` ends with the optimizer step just ticked: ``max_steps`` reached
+    (``counted``: ``trainer.global_step`` includes that step already), or a step of the
+    last batch of the last epoch. False where this Lightning does not say (and when the
+    fit stops early: ``trainer.should_stop`` is set after the step)."""
+    try:
+        max_steps = trainer.max_steps
+        steps = trainer.global_step + (0 if counted else 1)
+        if max_steps is not None and max_steps >= 0 and steps >= max_steps:
+            return True
+        max_epochs = trainer.max_epochs
+        if max_epochs is None or max_epochs < 0 or trainer.current_epoch + 1 < max_epochs:
+            return False
+        ready = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+        return bool(trainer.is_last_batch) or ready >= trainer.num_training_batches
+    except (AttributeError, TypeError):
+        return False
+
+
 def _warn_compiled_training_step() -> None:
     """``trainer.fit(torch.compile(model))``: Lightning compiles ``training_step`` itself
     (``from_compiled``), so the forward runs inside a compiled function. Said before the
@@ -230,6 +249,7 @@ class Session:
         self._inside = 0  # training_step calls running
         self._held: list[tuple[int | None, int | None]] = []  # ticks held until they return
         self._to_loggers: ToLoggers | None = None
+        self._trainer: Callable[[], Any] = lambda: None
 
     @property
     def handle(self) -> AutoHandle | None:
@@ -261,6 +281,7 @@ class Session:
                 ranks=self._ranks,
             )
         self._reporter = reporter
+        self._trainer = weakref.ref(trainer)
         self._undo = [_set_attr(reporter, "step", self._holding(reporter.step))]
         try:
             optimizers = list(trainer.optimizers)
@@ -419,7 +440,8 @@ class Session:
             if session._inside:
                 session._held.append((samples, tokens))
                 return None
-            return step(samples, tokens)
+            report = step(samples, tokens)  # (inside the optimizer step: not yet counted)
+            return session._end_of_fit(counted=False) or report
 
         held_step.__wrapped__ = step  # type: ignore[attr-defined]
         return held_step
@@ -432,6 +454,26 @@ class Session:
         step = getattr(reporter.step, "__wrapped__", reporter.step)
         for samples, tokens in held:
             step(samples, tokens)
+        if held:  # (after training_step: its optimizer steps are counted)
+            self._end_of_fit(counted=True)
+
+    def _end_of_fit(self, *, counted: bool) -> Report | None:
+        """After a tick: if it was the fit's last optimizer step, report the steps since
+        the last report now — what runs after it (the epoch-end validation, the last
+        scheduler step) is no step, and ``stop()`` drops it, whether or not ``every``
+        divides the steps. ``counted``: ``trainer.global_step`` counts the step already."""
+        reporter = self._reporter
+        trainer = self._trainer()
+        if (
+            reporter is None
+            or trainer is None
+            or self._given is not None
+            or reporter.closed
+            or not reporter.steps
+            or not _last_step_of_fit(trainer, counted)
+        ):
+            return None
+        return reporter.flush()
 
     def _outside(self, call: Callable[..., Any]) -> Callable[..., Any]:
         """``call``, run with a ``training_step`` frame on top set aside: what it records
