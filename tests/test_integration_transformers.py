@@ -175,6 +175,32 @@ def test_the_trainer_saves_checkpoints_under_the_callback(tmp_path: Path) -> Non
     assert_nothing_left(trainer)
 
 
+def test_a_resumed_run_times_the_loader_that_skips_the_seen_batches(tmp_path: Path) -> None:
+    """Resumed mid-epoch, the Trainer iterates the loader ``skip_first_batches`` makes from
+    the train loader: it is timed too (the ``data`` line and samples were missing)."""
+    train(gpt2, None, steps=2, output_dir=str(tmp_path), save_strategy="steps", save_steps=2)
+    sink = InMemory()
+    callback = InstrumentCallback(sinks=[sink])
+    torch.manual_seed(0)
+    trainer = transformers.Trainer(
+        model=gpt2(),
+        args=transformers.TrainingArguments(
+            output_dir=str(tmp_path), per_device_train_batch_size=BATCH, max_steps=6,
+            logging_steps=2, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+        ),
+        train_dataset=TokenData(),
+        callbacks=[callback],
+    )  # fmt: skip
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert [r.steps for r in sink.reports] == [2, 2]  # steps 3-4 and 5-6
+    for report in sink.reports:
+        assert report["data"].count == report["forward"].count == 2
+        rates = report.throughput
+        assert rates is not None
+        assert rates.samples == rates.steps * BATCH
+    assert_nothing_left(trainer)
+
+
 def test_a_ratio_of_logging_steps_reports_at_each_log() -> None:
     """``logging_steps=0.5`` of 4 steps: the Trainer logs every 2 steps, so do the reports."""
     sink = InMemory()

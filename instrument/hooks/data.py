@@ -182,6 +182,23 @@ def time_in_place(
     """
     if on_batch is not None and not callable(on_batch):
         raise TypeError(f"on_batch must be a function taking a batch or None, got {on_batch!r}")
+    return _time_as(loader, region_for(name, clock), on_batch)
+
+
+def time_like(loader: object, timed: object) -> Callable[[], None] | None:
+    """Time ``loader`` in place as the loader ``timed`` is timed (the same region and batch
+    counter: a loader made from it, such as one that skips the batches a resumed run has
+    seen); returns the undo, or None where ``timed`` is not timed or ``loader`` cannot be."""
+    found = _regions.get(timed)
+    if found is None or loader is timed or type(loader) in _subclasses.values():
+        return None
+    try:
+        return _time_as(loader, *found)
+    except (TypeError, RuntimeError):
+        return None
+
+
+def _time_as(loader: object, region: Region, on_batch: OnBatch | None) -> Callable[[], None]:
     cls = type(loader)
     if cls in _subclasses.values():
         raise RuntimeError(f"this {cls.__name__} is already timed; remove() the first handle")
@@ -189,7 +206,7 @@ def time_in_place(
         raise TypeError(f"dataloader must be iterable, got {cls.__name__}")
     try:
         _set_class(loader, _timed_subclass(cls))
-        _regions[loader] = (region_for(name, clock), on_batch)
+        _regions[loader] = (region, on_batch)
     except TypeError:
         if type(loader) is not cls:
             _set_class(loader, cls)
@@ -207,7 +224,7 @@ def time_in_place(
             "iterator made before auto()); the batches of that iterator are not timed, so "
             "'data' starts with the next pass over the loader. Pass the loader before the "
             "loop starts, or loop over instrument.data(iterator) to time the running one",
-            stacklevel=4,
+            stacklevel=5,
         )
 
     def undo() -> None:

@@ -18,8 +18,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -28,6 +29,8 @@ from transformers.trainer_callback import CallbackHandler
 
 from instrument._warn import warn_once
 from instrument.auto import AutoHandle, auto
+from instrument.hooks import data as data_hooks
+from instrument.hooks import patches
 from instrument.integrations.figures import LOG_MODES, figures
 from instrument.report import Report
 from instrument.sinks.console import Console
@@ -88,6 +91,7 @@ class InstrumentCallback(TrainerCallback):
         self._sinks = None if sinks is None else list(sinks)
         self._options = auto_options
         self.handle: AutoHandle | None = None
+        self._undo_skipping: Callable[[], None] | None = None
         self.reports: list[Report] = []  # reports not yet logged
         self.last: Report | None = None
 
@@ -143,6 +147,8 @@ class InstrumentCallback(TrainerCallback):
                 stacklevel=2,
             )
             self.handle = auto(model, optimizer, **options)
+        if train_dataloader is not None:
+            self._undo_skipping = _time_skipping_loaders()
         if self.log != "none":
             _log_before_reporting_callbacks(self, sys._getframe(1))
 
@@ -170,10 +176,43 @@ class InstrumentCallback(TrainerCallback):
         """Remove every hook and patch now (idempotent). ``train()`` does it at its end, but
         a ``train()`` that raised never gets there (the Trainer has no exception event): call
         this after catching its exception. The next ``train()`` also starts with it."""
+        undo, self._undo_skipping = self._undo_skipping, None
+        if undo is not None:
+            undo()
         handle, self.handle = self.handle, None
         if handle is not None:
             handle.remove()
         self.reports = []
+
+
+def _time_skipping_loaders() -> Callable[[], None]:
+    """A resumed ``train()`` iterates, in its first epoch, the loader Accelerate's
+    ``skip_first_batches`` makes from the train loader (the batches already seen skipped):
+    time that one as the train loader is (``data``, samples and tokens). Returns the undo."""
+    trainer_module = sys.modules.get("transformers.trainer")
+    if trainer_module is None or not callable(getattr(trainer_module, "skip_first_batches", None)):
+        return lambda: None
+    timed: list[Callable[[], None]] = []
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def skip_first_batches(dataloader: Any, *args: Any, **kwargs: Any) -> Any:
+            skipping = original(dataloader, *args, **kwargs)
+            undo = data_hooks.time_like(skipping, dataloader)
+            if undo is not None:
+                timed.append(undo)
+            return skipping
+
+        return skip_first_batches
+
+    undo_patch = patches.patch(trainer_module, "skip_first_batches", make)
+
+    def undo() -> None:
+        undo_patch()
+        while timed:
+            timed.pop()()
+
+    return undo
 
 
 def _log_before_reporting_callbacks(callback: TrainerCallback, caller: Any) -> None:
