@@ -227,6 +227,37 @@ def test_backward_modules_nest_under_backward(sink: InMemory) -> None:
     assert not any(p.startswith(("encoder", "head")) for p in report.paths())
 
 
+class _TwoBranches(nn.Module):
+    """Two branches fed the raw input: neither needs an input gradient, so PyTorch calls
+    each branch's two backward hooks together, before its layers' backward runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        self.b = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) + self.b(x)  # type: ignore[no-any-return]
+
+
+def test_backward_modules_are_named_as_in_forward_when_a_parent_closes_early(
+    sink: InMemory,
+) -> None:
+    """Each layer's backward sits below its branch, as in forward: they were flattened to
+    ``backward/0`` ... and the two branches' layers merged (6 calls in 3 steps)."""
+    model = _TwoBranches()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: "no inputs require gradients"
+        with instrument.auto(model, backward="modules", sinks=[sink], collectives=False) as h:
+            for _ in range(3):
+                model(torch.randn(4, 8)).sum().backward()
+            report = h.reporter.flush()
+    forward = {p.removeprefix("forward/") for p in report.paths() if p.startswith("forward/")}
+    backward = {p.removeprefix("backward/") for p in report.paths() if p.startswith("backward/")}
+    assert backward == forward == {"a", "b", *(f"{br}/{i}" for br in "ab" for i in range(3))}
+    assert all(report[f"backward/{path}"].count == 3 for path in backward)
+
+
 def test_tensor_backward_and_autograd_backward_are_timed_once_each(sink: InMemory) -> None:
     model = mlp()
     with instrument.auto(model, sinks=[sink], collectives=False) as h:

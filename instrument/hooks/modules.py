@@ -36,7 +36,7 @@ from torch.utils.hooks import RemovableHandle
 from instrument._warn import warn_once
 from instrument.hooks import patches, untraced
 from instrument.regions.decorators import direct_call, in_region
-from instrument.regions.frames import ROOT_FRAME, Frame, _get, _set
+from instrument.regions.frames import Frame, _get, _set
 from instrument.regions.region import Region, region_for
 from instrument.registry import ROOT, PathNode
 
@@ -188,6 +188,7 @@ class ModuleHooks:
         self._anchor = backward_anchor or (lambda: ROOT.child("backward", 0, "cpu"))
         #: (module, its C forward, the Python twin) while the C one is in place
         self._untraced: list[tuple[nn.Module, object, object]] = []
+        backward_regions: dict[str, Region] = {}  # qualname -> region, of backward-timed ones
         for target in targets:
             region = region_for(target.name, clock)
             if target.compiled and getattr(target.module, "_compiled_call_impl", None):
@@ -197,7 +198,10 @@ class ModuleHooks:
             if not target.compiled:
                 _timed[target.module] = (region, self)
             if backward_modules and target.qualname and not target.compiled:
-                self._time_backward(target.module, region)
+                self._time_backward(
+                    target.module, region, _ancestors(target.qualname, backward_regions)
+                )
+                backward_regions[target.qualname] = region
         if self._untraced:
             self._restore.append(untraced.until_traced(self._make_traceable))
 
@@ -272,16 +276,30 @@ class ModuleHooks:
 
         self._restore.append(restore)
 
-    def _time_backward(self, module: nn.Module, region: Region) -> None:
-        """Backward regions run on autograd's threads: a region that finds no open region on
-        its thread attaches to the ``backward`` region instead of floating at the top."""
+    def _time_backward(
+        self, module: nn.Module, region: Region, ancestors: Sequence[Region]
+    ) -> None:
+        """Each module's backward region sits at its forward path below ``backward``
+        (``ancestors``: the regions of the timed modules above it, outermost first). Where
+        its parent's region is not the open one — autograd's own threads have none open; a
+        parent none of whose inputs need a gradient gets its backward hooks together, before
+        its children run; branches interleave — the region is opened below the parent's
+        node, found from the ``backward`` region's node down by name."""
         anchor_of = self._anchor
+        parent = ancestors[-1] if ancestors else None
 
         def enter(mod: nn.Module, grad_output: Any) -> None:
             if compiling():
                 return
-            if _get()[0] is ROOT:
-                frame: Frame = (anchor_of(), 0, ROOT_FRAME, anchor_of, None)
+            top = _get()
+            if parent is not None and top[3] is parent:
+                region.__enter__()
+                return
+            node = anchor_of()
+            for above in ancestors:
+                node = node.child(above.name, above.level, above.mode or "cpu")
+            if top[0] is not node:
+                frame: Frame = (node, 0, top, anchor_of, None)
                 _set(frame)
             region.__enter__()
 
@@ -371,3 +389,10 @@ def _wraps_one_of(call: object, inner: tuple[object, ...], depth: int = 8) -> bo
             return True
         call = getattr(call, "__func__", None) or getattr(call, "__wrapped__", None)
     return False
+
+
+def _ancestors(qualname: str, timed: dict[str, Region]) -> list[Region]:
+    """The regions in ``timed`` (by dotted name) of the modules above ``qualname``,
+    outermost first."""
+    parts = qualname.split(".")
+    return [timed[name] for i in range(1, len(parts)) if (name := ".".join(parts[:i])) in timed]
