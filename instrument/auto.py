@@ -267,7 +267,8 @@ def auto(
             "runs no Python hooks. Call auto() on the eager module before torch.jit.script, "
             "or time the scripted call with `with instrument.timed('forward'):`"
         )
-    optimizers = optim_hooks.check_optimizers(optimizer)
+    given = optim_hooks.given_optimizers(optimizer)
+    optimizers = [inner for _, inner in given]
     if depth is not None:
         check_level(depth)
     if not (backward is True or backward is False or backward == "modules"):
@@ -306,6 +307,7 @@ def auto(
             handle,
             model,
             optimizers,
+            given=given,
             targets=module_hooks.plan(model, depth=depth, include=include, exclude=exclude),
             backward=backward,
             collectives=collectives,
@@ -369,6 +371,7 @@ def _install(
     model: nn.Module,
     optimizers: list[torch.optim.Optimizer],
     *,
+    given: list[tuple[object, torch.optim.Optimizer]],
     targets: list[module_hooks.Target],
     backward: bool | str,
     collectives: bool,
@@ -397,7 +400,7 @@ def _install(
             meter = FlopMeter(handle.reporter)
             undo.append(meter.cancel)
             tick = meter.step
-        hooks = optim_hooks.OptimizerHooks(optimizers, tick, clock=clock)
+        hooks = optim_hooks.OptimizerHooks(optimizers, tick, clock=clock, wrappers=given)
         check = ForwardCheck(tick, [t.name for t in targets], done=_hand_over(hooks))
         hooks.on_step = check.step
         handle._optimizer_hooks = hooks

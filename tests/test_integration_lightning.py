@@ -704,3 +704,28 @@ def test_a_compiled_module_fits_with_fullgraph_and_no_graph_break(sink: InMemory
     said = [str(w.message) for w in caught if "instrument:" in str(w.message)]
     assert len(said) == 1
     assert "makes Lightning compile training_step itself" in said[0]
+
+
+def test_auto_on_what_fabric_setup_returns(sink: InMemory) -> None:
+    """Lightning Fabric: ``auto(*fabric.setup(model, opt))``. Its module wrapper holds yours
+    as ``_forward_module`` (seen through: no such path), and its optimizer wrapper runs the
+    optimizer class's ``zero_grad`` on itself (timed too: the line was missing)."""
+    fabric_module = pytest.importorskip("lightning.fabric")
+    fabric = fabric_module.Fabric(accelerator="cpu", devices=1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    wrapped, opt = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with instrument.auto(wrapped, opt, every=None, sinks=[sink], collectives=False) as handle:
+        for _ in range(3):
+            fabric.backward(wrapped(torch.randn(4, 8)).sum())
+            opt.step()
+            opt.zero_grad()
+        report = handle.reporter.flush()
+    assert set(report.paths()) == {
+        "forward", "forward/0", "forward/1", "forward/2", "backward", "optimizer", "zero_grad"
+    }  # fmt: skip
+    for path in report.paths():
+        assert report[path].count == 3, path
+    assert "zero_grad" not in vars(opt)
+    assert "zero_grad" not in vars(opt.optimizer)
+    assert not any("forward" in vars(m) for m in model.modules())

@@ -48,6 +48,7 @@ _HOLDERS: tuple[tuple[str, tuple[type, ...] | None], ...] = (
     ("_fsdp_wrapped_module", None),
     ("_checkpoint_wrapped_module", None),
     ("_orig_mod", None),
+    ("_forward_module", None),  # Lightning Fabric's _FabricModule (its strategy's module)
 )
 
 compiling = torch.compiler.is_compiling
@@ -145,6 +146,11 @@ def plan(
         module: nn.Module, qual: str, rel: str, level: int, included: bool
     ) -> Iterator[Target]:
         inner = held_module(module)
+        for _ in range(4):  # wrappers of wrappers: Fabric's module around DDP around yours
+            if inner is None or (deeper := held_module(inner)) is None:
+                break
+            seen.add(id(inner))
+            inner = deeper
         children = inner.named_children() if inner is not None else module.named_children()
         if inner is not None:
             seen.add(id(inner))

@@ -67,9 +67,10 @@ def inner_optimizer(optimizer: object) -> torch.optim.Optimizer | None:
     return None
 
 
-def check_optimizers(optimizer: object) -> list[torch.optim.Optimizer]:
-    """``None``, one optimizer or a sequence of them → a list of the real optimizers
-    (wrappers followed with :func:`inner_optimizer`); ``TypeError`` otherwise."""
+def given_optimizers(optimizer: object) -> list[tuple[object, torch.optim.Optimizer]]:
+    """``None``, one optimizer or a sequence of them → each object given with the real
+    optimizer it is or holds (wrappers followed with :func:`inner_optimizer`); ``TypeError``
+    for anything else."""
     if optimizer is None:
         return []
     single = isinstance(optimizer, torch.optim.Optimizer) or inner_optimizer(optimizer)
@@ -78,7 +79,7 @@ def check_optimizers(optimizer: object) -> list[torch.optim.Optimizer]:
         out = list(items)  # type: ignore[call-overload]
     except TypeError:
         out = [optimizer]
-    checked: list[torch.optim.Optimizer] = []
+    checked: list[tuple[object, torch.optim.Optimizer]] = []
     for item in out:
         inner = inner_optimizer(item)
         if inner is None:
@@ -87,7 +88,7 @@ def check_optimizers(optimizer: object) -> list[torch.optim.Optimizer]:
                 f".optimizer, like Accelerate's AcceleratedOptimizer) or a list of them, "
                 f"got {type(item).__name__}"
             )
-        checked.append(inner)
+        checked.append((item, inner))
     return checked
 
 
@@ -101,6 +102,7 @@ class OptimizerHooks:
         on_step: Callable[[], object],
         *,
         clock: object = None,
+        wrappers: Sequence[tuple[object, torch.optim.Optimizer]] = (),
     ) -> None:
         self.skipped_steps = 0
         self._region = region_for("optimizer", clock)
@@ -123,6 +125,17 @@ class OptimizerHooks:
             self._undo.append(opt.register_step_post_hook(self._post).remove)
             self._undo.append(_patch_zero_grad(opt, decorate(opt.zero_grad, zero_grad)))
             self._undo.append(_forget(opt))
+        for wrapper, inner in wrappers:
+            # a wrapper whose class takes zero_grad from the optimizer's class (Lightning
+            # Fabric's) runs it on itself, past the timed one on the optimizer's instance
+            if (
+                wrapper is not inner
+                and inner in _tracked
+                and getattr(type(wrapper), "zero_grad", None) is type(inner).zero_grad
+                and hasattr(wrapper, "__dict__")
+                and "zero_grad" not in vars(wrapper)
+            ):
+                self._undo.append(_patch_zero_grad(wrapper, vars(inner)["zero_grad"]))
         if optimizers:
             self._undo.append(patches.patch(torch.amp.GradScaler, "step", _make_scaler_step))
 
@@ -228,7 +241,7 @@ def _forget(opt: torch.optim.Optimizer) -> Callable[[], None]:
     return forget
 
 
-def _patch_zero_grad(opt: torch.optim.Optimizer, timed_zero_grad: Any) -> Callable[[], None]:
+def _patch_zero_grad(opt: object, timed_zero_grad: Any) -> Callable[[], None]:
     """Put a timed ``zero_grad`` on this optimizer instance; the undo restores what was there."""
     had = "zero_grad" in opt.__dict__
     before = opt.__dict__.get("zero_grad")
