@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -61,3 +62,54 @@ def test_ddp_model_names_and_gradient_all_reduce() -> None:
         assert report["optimizer"].count == 2
         assert report.world_size == 2
     assert results[0]["checksum"] == results[1]["checksum"]  # ranks stay in sync
+
+
+class _SlowOnRank(nn.Module):
+    """A linear layer whose forward sleeps ``delay`` seconds (on the one slow rank)."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.layer = nn.Linear(8, 8)
+        self.delay = delay
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.delay:
+            time.sleep(self.delay)
+        return self.layer(x)  # type: ignore[no-any-return]
+
+
+def slow_forward_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(_SlowOnRank(0.03 if rank == 1 else 0.0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    reports: list[instrument.Report] = []
+    reporter = instrument.Reporter(
+        every=2, sinks=[reports.append], ranks="minmax", straggler_intervals=2
+    )
+    handle = instrument.auto(model, opt, reporter=reporter)
+    for _ in range(6):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    handle.remove()
+    return [report.to_dict() for report in reports]
+
+
+@pytest.mark.timeout(150)
+def test_a_slow_forward_is_named_not_the_ranks_that_wait_for_it_in_backward() -> None:
+    """Rank 1 sleeps 30 ms in forward; rank 0 then waits for it in DDP's gradient
+    all-reduce, inside its backward. By total, rank 0's backward is the slowest; the
+    waiting taken out, rank 1 is, and only rank 1 is named a straggler (rank 0 was too)."""
+    first, _ = run_ranks(slow_forward_worker, 2, timeout=120)
+    reports = [instrument.Report.from_dict(r) for r in first]
+    assert len(reports) == 3
+    last = reports[-1]
+    backward = last["backward"].ranks
+    assert backward is not None
+    assert backward.rank_argmax == 0  # its total: mostly waiting in the all-reduce
+    assert backward.slowest == 1
+    assert last["forward"].ranks is not None
+    assert last["forward"].ranks.slowest == 1
+    assert last["backward/ddp_all_reduce"].ranks is not None
+    assert last["backward/ddp_all_reduce"].ranks.slowest == 1
+    assert [s.rank for s in last.stragglers] == [1]

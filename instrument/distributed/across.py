@@ -26,7 +26,7 @@ from typing import Any
 import torch.distributed as dist
 
 from instrument.distributed import agree, reduce
-from instrument.distributed.stragglers import Tracker, is_collective
+from instrument.distributed.stragglers import OWN, Tracker, is_collective, own_times
 from instrument.hooks.collectives import suppressed
 from instrument.report import Node, RankStats, Report, Straggler
 from instrument.stats import Stats
@@ -63,6 +63,7 @@ def extras(report: Report) -> dict[str, float]:
                 out[f"/throughput/{name}"] = float(value)
     for key, value in report.memory.items():
         out[f"/memory/{key}"] = float(value)
+    out.update(own_times(report.nodes))
     return out
 
 
@@ -143,9 +144,15 @@ class CrossRank:
         values = [local.get(key) for key in union]
         ends = reduce.extremes(values, group)
         by_path = {node.path: node for node in report.nodes}
+        # a region holding a collective is compared by its own time (own_times)
+        own = {key[len(OWN) :]: i for i, key in enumerate(union) if key.startswith(OWN)}
         fastest, slowest, mine, skip = {}, {}, {}, set()
-        for key, value, end in zip(union, values, ends, strict=True):
-            if key.startswith("/") or end is None:
+        for i, key in enumerate(union):
+            if key.startswith("/"):
+                continue
+            j = own.get(key, i)
+            value, end = values[j], ends[j]
+            if end is None:
                 continue
             fastest[key], slowest[key] = end.low, end.high
             if value is not None:
@@ -177,12 +184,12 @@ class CrossRank:
                     rank_argmax=end.argmax,
                     ranks_present=present[i],
                     per_rank=None if per_rank is None else tuple(row[i] for row in per_rank),
-                    slowest=end.argmin if is_collective(node) else end.argmax,
+                    slowest=_slowest(node, end, ends[own[key]] if key in own else None),
                     relative_score=None if score is None else score.relative,
                     individual_score=None if score is None else score.individual,
                 )
             if key.startswith("/"):
-                if stats is not None:
+                if stats is not None and not key.startswith(OWN):
                     across[across_key(key)] = stats
                 continue
             nodes.append(dataclasses.replace(node, ranks=stats))
@@ -212,3 +219,12 @@ class CrossRank:
         lines = agree.read(prefix + "slow").splitlines()
         found = [Straggler.from_dict(json.loads(line)) for line in lines if line]
         return tuple(sorted(found, key=lambda s: s.rank))
+
+
+def _slowest(node: Node, end: reduce.Extremes, own_end: reduce.Extremes | None) -> int:
+    """The rank that held the others up in ``node``: the last to arrive in a collective
+    (the shortest wait), else the longest own time (``own_end``: its time less its
+    collectives', where it holds any), else the longest time."""
+    if is_collective(node):
+        return int(end.argmin)
+    return int((own_end or end).argmax)

@@ -15,7 +15,7 @@ last — the straggler — has the shortest (it is named as the collective's slo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from instrument.hooks.collectives import BUFFERS
@@ -29,6 +29,38 @@ def is_collective(node: Node) -> bool:
     """A collective or a wait for other ranks (by name, moved bytes, or overlap)."""
     name = node.name.removesuffix(" (async)").strip()
     return node.concurrent or node.bytes > 0 or name in COLLECTIVES
+
+
+#: The key prefix of a region's own time across ranks (:func:`own_times`).
+OWN = "/own/"
+
+
+def own_times(nodes: Iterable[Node]) -> dict[str, float]:
+    """``"/own/<path>"`` → the path's total less its collectives' (the outermost below it),
+    for each region that contains a collective. DDP's ``backward`` holds its gradient
+    all-reduce, which the fast ranks spend waiting for the slow one: by its total, the
+    ranks that waited longest look the slowest. Its own time, the waiting taken out, is
+    what the slowest rank and the straggler scores compare."""
+    nodes = list(nodes)
+    collectives = [node.path for node in nodes if is_collective(node)]
+    if not collectives:
+        return {}
+    totals = {node.path: node.total for node in nodes}
+    outermost = [
+        path for path in collectives if not any(path.startswith(c + "/") for c in collectives)
+    ]
+    waited: dict[str, float] = {}
+    for path in outermost:
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            above = "/".join(parts[:i])
+            if above in totals:
+                waited[above] = waited.get(above, 0.0) + totals[path]
+    return {
+        OWN + path: max(totals[path] - wait, 0.0)
+        for path, wait in waited.items()
+        if not any(path == c or path.startswith(c + "/") for c in collectives)
+    }
 
 
 @dataclass(frozen=True)
