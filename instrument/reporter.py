@@ -131,7 +131,8 @@ class Reporter:
     """Flushes the timing registry every ``every`` steps into a :class:`Report` for its sinks.
 
     Args:
-        every: Flush after this many ``step()`` ticks; ``None`` flushes only on demand.
+        every: Flush at each multiple of this many ``step()`` ticks of the run (also after a
+            flush of your own); ``None`` flushes only on demand.
         sinks: Objects with ``write(report)`` or plain callables taking a report.
         normalizer: A number divides every time (Megatron semantics); ``"steps"`` gives
             per-step totals (``total`` and ``self`` divided by the steps in the interval;
@@ -274,7 +275,8 @@ class Reporter:
 
     def step(self, samples: int | None = None, tokens: int | None = None) -> Report | None:
         """Mark the end of one iteration (with the samples and tokens it consumed, if given);
-        flush (and return the report) every ``every`` steps."""
+        flush (and return the report) at every multiple of ``every`` steps of the run
+        (``every`` steps apart, unless you flushed in between)."""
         now = _state.now()
         if samples is not None or tokens is not None:
             self.count(samples, tokens)
@@ -289,7 +291,12 @@ class Reporter:
             if self._pending is not None:
                 self._add_counts()
         self._steps += 1
-        if self.every is not None and self._steps >= self.every:
+        # at every multiple of `every` in the run, also after a flush of your own: ranks
+        # that flushed once more than the others meet again at the next multiple
+        every = self.every
+        if every is not None and (
+            self._steps >= every or (self._run_steps + self._steps) % every == 0
+        ):
             return self.flush()
         return None
 

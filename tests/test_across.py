@@ -189,6 +189,37 @@ def test_different_path_sets_then_a_crashed_rank() -> None:
             assert all(node.ranks is None for node in report.nodes)
 
 
+def extra_flush_worker(rank: int, world_size: int) -> list[tuple[int, int, str, bool]]:
+    """Rank 0 flushes once of its own after step 3; both report every 4 steps."""
+    clock = FakeClock()
+    reports: list[instrument.Report] = []
+    with use_clock(clock):
+        reporter = instrument.Reporter(
+            every=4, ranks="minmax", rank_timeout=1, memory=False, sinks=[reports.append]
+        )
+        for step in range(1, 13):
+            with instrument.timed("work"):
+                clock.advance(0.01 * (1 + rank))
+            instrument.step()
+            if rank == 0 and step == 3:
+                reporter.flush()
+    return [(r.step - r.steps, r.step, r.across_note, r["work"].ranks is not None) for r in reports]
+
+
+@pytest.mark.timeout(120)
+def test_ranks_out_of_step_after_an_extra_flush_meet_again_at_the_next_multiple() -> None:
+    """An extra flush on one rank no longer shifts its reports for good: both report at
+    steps 4, 8 and 12, and combine again from step 8 (each later flush waited out
+    ``rank_timeout`` on every rank before)."""
+    start = time.perf_counter()
+    first, second = run_ranks(extra_flush_worker, 2, timeout=100)
+    assert [(a, b) for a, b, _, _ in first] == [(0, 3), (3, 4), (4, 8), (8, 12)]
+    assert [(a, b) for a, b, _, _ in second] == [(0, 4), (4, 8), (8, 12)]
+    for rank_reports in (first, second):
+        assert all(combined and not note for _, _, note, combined in rank_reports[-2:])
+    assert time.perf_counter() - start < 60
+
+
 def straggler_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
     clock = FakeClock()
     slow = {1: 0.2, 2: 0.2, 3: 0.4, 4: 0.1}  # rank 2's forward, interval by interval

@@ -43,6 +43,19 @@ def test_flushes_every_n_steps_with_step_root_and_other(clock: FakeClock) -> Non
     assert "(other)" in text
 
 
+def test_reports_come_at_multiples_of_every_also_after_a_flush_of_your_own(
+    clock: FakeClock,
+) -> None:
+    reports: list[instrument.Report] = []
+    reporter = instrument.Reporter(every=4, sinks=[reports.append])
+    for step in range(1, 13):
+        clock.advance(0.1)
+        instrument.step()
+        if step == 3:
+            reporter.flush()
+    assert [(r.step - r.steps, r.step) for r in reports] == [(0, 3), (3, 4), (4, 8), (8, 12)]
+
+
 def test_numeric_normalizer_divides_times_not_counts(clock: FakeClock) -> None:
     with capture_reports(normalizer=4.0) as reports:
         for _ in range(3):
