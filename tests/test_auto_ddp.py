@@ -65,7 +65,8 @@ def test_ddp_model_names_and_gradient_all_reduce() -> None:
 
 
 class _SlowOnRank(nn.Module):
-    """A linear layer whose forward sleeps ``delay`` seconds (on the one slow rank)."""
+    """A linear layer whose forward sleeps ``delay`` seconds, and its backward a sixth of
+    that (on the one slow rank)."""
 
     def __init__(self, delay: float) -> None:
         super().__init__()
@@ -73,9 +74,11 @@ class _SlowOnRank(nn.Module):
         self.delay = delay
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.layer(x)
         if self.delay:
             time.sleep(self.delay)
-        return self.layer(x)  # type: ignore[no-any-return]
+            out.register_hook(lambda grad: time.sleep(self.delay / 6))
+        return out
 
 
 def slow_forward_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
@@ -97,9 +100,10 @@ def slow_forward_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(150)
 def test_a_slow_forward_is_named_not_the_ranks_that_wait_for_it_in_backward() -> None:
-    """Rank 1 sleeps 30 ms in forward; rank 0 then waits for it in DDP's gradient
-    all-reduce, inside its backward. By total, rank 0's backward is the slowest; the
-    waiting taken out, rank 1 is, and only rank 1 is named a straggler (rank 0 was too)."""
+    """Rank 1 sleeps 30 ms in forward and 5 ms in backward; rank 0 then waits for it in
+    DDP's gradient all-reduce, inside its backward. By total, rank 0's backward is the
+    slowest; the waiting taken out, rank 1's is, and only rank 1 is named a straggler
+    (rank 0 was, in backward)."""
     first, _ = run_ranks(slow_forward_worker, 2, timeout=120)
     reports = [instrument.Report.from_dict(r) for r in first]
     assert len(reports) == 3
@@ -112,4 +116,4 @@ def test_a_slow_forward_is_named_not_the_ranks_that_wait_for_it_in_backward() ->
     assert last["forward"].ranks.slowest == 1
     assert last["backward/ddp_all_reduce"].ranks is not None
     assert last["backward/ddp_all_reduce"].ranks.slowest == 1
-    assert [s.rank for s in last.stragglers] == [1]
+    assert {s.rank for r in reports for s in r.stragglers} == {1}
