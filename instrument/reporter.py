@@ -21,6 +21,7 @@ from instrument import _state, checks, clocks, config, lifecycle, registry, self
 from instrument import peak_flops as peaks
 from instrument._frozen import unchecked
 from instrument._warn import warn_once
+from instrument.distributed import agree
 from instrument.distributed.across import CrossRank
 from instrument.distributed.barrier import barrier_with_timeout
 from instrument.interval import build_report
@@ -425,6 +426,8 @@ class Reporter:
         report = None
         if flush and (self._steps or any(node.has_records() for node in registry.walk())):
             report = self.flush()
+        if self.ranks != "local":  # the other ranks' later flushes need not wait for this one
+            agree.closed(self._run_steps + self._steps, self.group)
         for sink in self._sinks:
             try:
                 sink.close()

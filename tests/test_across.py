@@ -220,6 +220,54 @@ def test_ranks_out_of_step_after_an_extra_flush_meet_again_at_the_next_multiple(
     assert time.perf_counter() - start < 60
 
 
+def uneven_close_worker(rank: int, world_size: int, delay: float) -> dict[str, Any]:
+    """Rank 0 runs 10 steps, rank 1 8, reporting every 4; both close (rank 1 ``delay``
+    seconds later); then both run a second reporter in step."""
+    clock = FakeClock()
+    with use_clock(clock):
+        first = instrument.Reporter(every=4, ranks="max", rank_timeout=30, memory=False)
+        for _ in range(10 if rank == 0 else 8):
+            with instrument.timed("work"):
+                clock.advance(0.01)
+            instrument.step()
+        if rank == 1:
+            time.sleep(delay)
+        start = time.perf_counter()
+        last = first.close()
+        closing = time.perf_counter() - start
+        dist.barrier()  # rank 0's last flush is over before rank 1 opens another reporter
+        reports: list[instrument.Report] = []
+        second = instrument.Reporter(
+            every=2, ranks="max", rank_timeout=30, memory=False, sinks=[reports.append]
+        )
+        for _ in range(2):
+            with instrument.timed("work"):
+                clock.advance(0.01)
+            instrument.step()
+        second.close()
+    again = reports[-1]
+    return {
+        "closing": closing,
+        "note": None if last is None else last.across_note,
+        "again": (again.across_note, again["work"].ranks is not None),
+    }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("delay", [0.0, 0.5])
+def test_a_rank_that_closed_is_not_waited_for(delay: float) -> None:
+    """Uneven steps: rank 0's last flush (steps 8..10) need not wait ``rank_timeout`` for
+    rank 1, which closed its reporter at step 8 (it waited the full 60 s by default) —
+    also when rank 1 closes after rank 0 began waiting; a later reporter of rank 1 takes
+    part again."""
+    first, second = run_ranks(uneven_close_worker, 2, delay, timeout=100)
+    assert first["closing"] < 10
+    assert first["note"] == "ranks [1] closed their reporter before it (rank 1 at step 8)"
+    assert second["note"] is None  # (nothing left to report at its close)
+    assert first["again"] == ("", True)
+    assert second["again"] == ("", True)
+
+
 def straggler_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
     clock = FakeClock()
     slow = {1: 0.2, 2: 0.2, 3: 0.4, 4: 0.1}  # rank 2's forward, interval by interval

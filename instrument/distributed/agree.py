@@ -10,7 +10,8 @@ already made at that step): ranks that run in lockstep meet there even after one
 flushed an extra time, so a later flush recovers by itself. What travels with the check is
 the interval number, its first and last step and a hash of the path list; the ranks agree
 when the steps match (interval numbers may differ after an extra flush: they are only
-reported). Per rank and flush: five small store operations in the common case, whatever the
+reported). Per rank and flush: five or six small store operations in the common case (the
+sixth, on the ranks that wait, asks whether a rank closed its reporter), whatever the
 world size (the store's server handles ``W`` of them: see ``docs/distributed.md``).
 
 Example:
@@ -63,6 +64,8 @@ class Verdict:
     ok: bool  # every rank arrived, at the same steps: the collectives may run
     paths_differ: bool = False  # ... and their path lists differ (names must travel)
     missing: tuple[int, ...] = ()  # global ranks that did not arrive in time
+    closed: dict[int, int] = field(default_factory=dict)  # missing rank -> the step at which
+    # it closed its reporter (it will not come)
     mismatched: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # rank ->
     # (interval, first step, last step) of the ranks at another interval than the majority
     expected: tuple[int, int] | None = None  # the majority's (first step, last step)
@@ -77,10 +80,12 @@ class Verdict:
         if self.error:
             return f"the rendezvous store failed ({self.error})"
         parts = []
-        if self.missing:
-            parts.append(
-                f"ranks {list(self.missing)} did not reach this flush within {seconds:g} s"
-            )
+        waited = [r for r in self.missing if r not in self.closed]
+        if waited:
+            parts.append(f"ranks {waited} did not reach this flush within {seconds:g} s")
+        if self.closed:
+            them = ", ".join(f"rank {r} at step {step}" for r, step in sorted(self.closed.items()))
+            parts.append(f"ranks {sorted(self.closed)} closed their reporter before it ({them})")
         if self.mismatched:
             them = ", ".join(
                 f"rank {r}: interval #{i}, steps {a}..{b}"
@@ -103,6 +108,7 @@ class Verdict:
                 "ok": self.ok,
                 "paths_differ": self.paths_differ,
                 "missing": list(self.missing),
+                "closed": {str(r): step for r, step in self.closed.items()},
                 "mismatched": {str(r): list(v) for r, v in self.mismatched.items()},
                 "expected": None if self.expected is None else list(self.expected),
             }
@@ -116,6 +122,7 @@ class Verdict:
             ok=bool(data["ok"]),
             paths_differ=bool(data.get("paths_differ", False)),
             missing=tuple(int(r) for r in data.get("missing", ())),
+            closed={int(r): int(step) for r, step in data.get("closed", {}).items()},
             mismatched={int(r): (v[0], v[1], v[2]) for r, v in data.get("mismatched", {}).items()},
             expected=None if expected is None else (int(expected[0]), int(expected[1])),
             late=late,
@@ -130,16 +137,23 @@ _keys_world: object = None
 _done: dict[str, list[str]] = {}  # per group: prefixes whose keys may be deleted
 
 
+def _follow_world() -> None:
+    """A new default group has a new store: start the per-process counts again (the
+    caller holds ``_keys_lock``)."""
+    global _keys_world
+    world = dist.group.WORLD
+    if _keys_world is not world:
+        _keys.clear()
+        _done.clear()
+        _reporters_closed.clear()
+        _keys_world = world
+
+
 def _meeting(where: _Place, last_step: int) -> str:
     """The store prefix of this flush: the group, the interval's last step, and how many
     flushes this process made at that step before (0 for the first)."""
-    global _keys_world
     with _keys_lock:
-        world = dist.group.WORLD
-        if _keys_world is not world:  # a new default group has a new store: start again
-            _keys.clear()
-            _done.clear()
-            _keys_world = world
+        _follow_world()
         for key in [k for k in _keys if k[0] == where.name and k[1] != last_step]:
             del _keys[key]  # keep one step per group: memory stays flat
         nth = _keys.get((where.name, last_step), 0)
@@ -175,10 +189,12 @@ def _judge(where: _Place, prefix: str, differ: bool, *, all_arrived: bool) -> Ve
     }
     hashes = {values[3] for values in arrivals.values()}
     ok = not missing and not mismatched
+    gone = _closed(where) if missing else {}
     return Verdict(
         ok=ok,
         paths_differ=ok and len(hashes) > 1,
         missing=missing,
+        closed={rank: step for rank, step in gone.items() if rank in missing},
         mismatched=mismatched,
         expected=expected if mismatched else None,
     )
@@ -203,13 +219,19 @@ def _check(where: _Place, prefix: str, mine: Arrival, seconds: float) -> Verdict
     if count == world:  # the last to arrive decides
         differ = store.check([prefix + "differ"])
         return _settle(store, prefix, _judge(where, prefix, differ, all_arrived=True))
-    try:
-        store.wait([prefix + "status"], datetime.timedelta(seconds=seconds))
-        return Verdict.from_json(_text(store.get(prefix + "status")))
-    except _NetworkError:
-        raise
-    except RuntimeError:  # timed out
-        pass
+    # wait in two parts, looking before each whether the ranks missing have closed their
+    # reporters (then none will come): one may close just after this rank arrived
+    first = min(seconds, CLOSED_GRACE)
+    for part in (first, seconds - first):
+        if part <= 0 or _only_closed_missing(where, prefix):
+            break
+        try:
+            store.wait([prefix + "status"], datetime.timedelta(seconds=part))
+            return Verdict.from_json(_text(store.get(prefix + "status")))
+        except _NetworkError:
+            raise
+        except RuntimeError:  # timed out
+            pass
     if int(store.add(prefix + "gave_up", 1)) > 1:  # another rank is judging: wait for it
         try:
             store.wait([prefix + "status"], datetime.timedelta(seconds=seconds))
@@ -223,6 +245,66 @@ def _check(where: _Place, prefix: str, mine: Arrival, seconds: float) -> Verdict
     if not verdict.ok:
         store.add(prefix + "count", _GAVE_UP)
     return verdict
+
+
+#: The first part of a wait for the other ranks, after which this rank looks again whether
+#: the ranks still missing have closed their reporters.
+CLOSED_GRACE = 2.0
+
+
+def _closed_key(where: _Place) -> str:
+    return f"instrument/closed/{where.name}"
+
+
+def _closed(where: _Place) -> dict[int, int]:
+    """rank -> the step at which it closed its reporter, for the ranks of ``where`` that
+    closed the one this rank's reporter flushes with: the reporters each process made in
+    this group are counted (a second ``fit()`` makes a second), and an entry for another
+    one than this rank's is passed over."""
+    key = _closed_key(where)
+    if not where.store.check([key]):
+        return {}
+    mine = _reporters_closed.get(where.name, 0)
+    out: dict[int, int] = {}
+    for item in _text(where.store.get(key)).split(","):
+        if item:
+            rank, step, nth = (int(x) for x in item.split(":"))
+            if nth == mine:
+                out[rank] = step
+    return out
+
+
+def _only_closed_missing(where: _Place, prefix: str) -> bool:
+    """Every rank that has not arrived at this flush closed its reporter: none will come.
+    (One store operation while no rank of the group has closed.)"""
+    gone = _closed(where)
+    if not gone:
+        return False
+    arrived = _arrivals(where.store, prefix)
+    return all(rank in gone for rank in where.ranks if rank not in arrived)
+
+
+#: group -> how many reporters this process closed in it (which one it flushes with now).
+_reporters_closed: dict[str, int] = {}
+
+
+def closed(last_step: int, group: ProcessGroup | None = None) -> None:
+    """Say on the store that this rank's reporter is closed after ``last_step`` steps: the
+    other ranks' later flushes with it stop waiting for this rank. Never raises."""
+    try:
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        where = _place(group)
+        if where is None or len(where.ranks) == 1:
+            return
+        with _keys_lock:
+            _follow_world()
+            nth = _reporters_closed.get(where.name, 0)
+            _reporters_closed[where.name] = nth + 1
+        with suppressed():
+            _append(where.store, _closed_key(where), f"{where.rank}:{last_step}:{nth},")
+    except Exception:  # the store is gone (a rank exited): nothing to tell
+        return
 
 
 def _clean(where: _Place, prefix: str) -> None:
