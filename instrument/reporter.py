@@ -426,8 +426,8 @@ class Reporter:
         report = None
         if flush and (self._steps or any(node.has_records() for node in registry.walk())):
             report = self.flush()
-        if self.ranks != "local":  # the other ranks' later flushes need not wait for this one
-            agree.closed(self._run_steps + self._steps, self.group)
+        if self.ranks != "local" and not self._exiting:  # (at exit: not a word to the others)
+            agree.closed(self._run_steps + self._steps, self.group)  # none waits for this one
         for sink in self._sinks:
             try:
                 sink.close()
