@@ -56,15 +56,22 @@ class Net(nn.Module):
         return x.sum()
 
 
+@pytest.mark.parametrize("backward", [True, "modules"])
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
 @pytest.mark.parametrize("style", ["module", "inside-block", "bound-forward"])
-def test_recompute_is_attributed_to_each_block(style: str, reentrant: bool) -> None:
+def test_recompute_is_attributed_to_each_block(
+    style: str, reentrant: bool, backward: bool | str
+) -> None:
+    """Also with ``backward="modules"``: a non-reentrant checkpoint recomputes inside the
+    first hooked module's backward, and its recompute was filed below that module
+    (``backward/blocks.1/mlp/recompute/...``)."""
     torch.manual_seed(0)
     model = Net(style, reentrant)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sink = InMemory()
     x = torch.randn(4, 8, requires_grad=True)
-    with instrument.auto(model, opt, every=2, sinks=[sink], collectives=False):
+    auto = instrument.auto(model, opt, every=2, sinks=[sink], collectives=False, backward=backward)
+    with auto:
         for _ in range(2):
             model(x).backward()
             opt.step()
@@ -80,6 +87,7 @@ def test_recompute_is_attributed_to_each_block(style: str, reentrant: bool) -> N
     assert report["backward/recompute"].count == 4
     assert f"{block}/blocks.{i}" not in paths  # the block is not opened twice
     assert not any(p.startswith(("backward/attn", "backward/mlp")) for p in paths)
+    assert all(p.startswith("backward/recompute") for p in paths if "recompute" in p)
 
 
 def test_checkpoint_of_a_plain_function_is_one_recompute_line() -> None:

@@ -17,6 +17,8 @@ from instrument.registry import ROOT, PathNode
 
 # True only while Dynamo traces the caller (AOTAutograd and export never call backward())
 tracing = torch.compiler.is_dynamo_compiling
+# -1 outside autograd's engine; inside it (a reentrant checkpoint's backward) a task id
+_graph_task = torch._C._current_graph_task_id
 
 NAME = "backward"
 #: The node the running (or last) ``backward`` region was opened under.
@@ -47,7 +49,9 @@ def install(clock: object = None) -> Callable[[], None]:
         def backward(*args: Any, **kwargs: Any) -> Any:
             global _parent
             top = _get()
-            if top[3] is region or tracing():  # a backward inside backward: one region
+            # a backward inside backward (a reentrant checkpoint's, which may run below a
+            # module's backward region with backward="modules"): one region
+            if top[3] is region or tracing() or _graph_task() != -1:
                 return original(*args, **kwargs)
             _parent = top[0]
             return timed(*args, **kwargs)

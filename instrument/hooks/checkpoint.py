@@ -24,7 +24,7 @@ import torch
 import torch.utils.checkpoint as torch_checkpoint
 
 from instrument.hooks import patches
-from instrument.regions.frames import ROOT_FRAME, Frame, _get, _set
+from instrument.regions.frames import Frame, _get, _set
 from instrument.regions.region import Region, region_for
 from instrument.registry import ROOT, PathNode
 
@@ -55,9 +55,14 @@ def attributed(fn: Callable[..., Any], anchor: Callable[[], PathNode]) -> Callab
     def run(*args: Any, **kwargs: Any) -> Any:
         if compiling() or _in_backward() == -1:
             return fn(*args, **kwargs)
-        anchored = _get()[0] is ROOT  # an autograd thread: attach to the backward region
+        # below the backward region's node itself: not floating on an autograd thread (no
+        # region open there), and not below a module's backward region that happens to be
+        # open (a non-reentrant checkpoint recomputes when a saved tensor is unpacked,
+        # inside the first hooked module's backward, with backward="modules")
+        top, node = _get(), anchor()
+        anchored = top[0] is not node
         if anchored:
-            frame: Frame = (anchor(), 0, ROOT_FRAME, anchor, None)
+            frame: Frame = (node, 0, top, anchor, None)
             _set(frame)
         opened: list[Region] = []
         try:
