@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from instrument import clocks, config, registry, throughput
+from instrument import _state, clocks, config, registry, throughput
 from instrument._warn import warn_once
 from instrument.hooks import backward as backward_hooks
 from instrument.hooks import checkpoint as checkpoint_hooks
@@ -85,8 +85,9 @@ class ForwardCheck:
         self._seen = False
 
     def step(self) -> None:
-        """One optimizer step ended."""
-        if not self._seen:
+        """One optimizer step ended (steps taken while instrument is disabled, when no
+        region records, do not count)."""
+        if not self._seen and _state.enabled:
             self._ticks += 1
             self._seen = any(
                 node.name in self._names and node.has_records() for node in registry.walk()

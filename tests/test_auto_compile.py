@@ -148,3 +148,25 @@ def test_no_warning_when_forward_is_timed() -> None:
                 lm_loss(model, batch(i)).backward()
                 opt.step()
                 opt.zero_grad()
+
+
+def test_no_warning_when_the_first_steps_ran_disabled() -> None:
+    """Steps taken under ``instrument.disable()`` record nothing: they do not count towards
+    the two steps after which an unseen forward is blamed on torch.compile."""
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with instrument.auto(model, opt, every=None, sinks=[], collectives=False) as handle:
+            instrument.disable()
+            try:
+                for i in range(5):
+                    if i == 3:
+                        instrument.enable()
+                    lm_loss(model, batch(i)).backward()
+                    opt.step()
+                    opt.zero_grad()
+            finally:
+                instrument.enable()
+            report = handle.reporter.flush()
+    assert report["forward"].count == 2
