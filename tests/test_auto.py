@@ -463,6 +463,26 @@ def test_signature_and_deepcopy_see_the_real_forward(sink: InMemory) -> None:
     assert report["forward"].count == 2  # the copy's forward is timed too, under its names
 
 
+def test_remove_takes_the_timing_off_copies_made_meanwhile(tmp_path: Any) -> None:
+    """An EMA copy made under ``auto`` kept its timed forward and backward hooks after
+    ``remove()``: it went on recording, ``torch.save(copy)`` failed on the hooks, and
+    ``auto(copy)`` timed it twice (``forward/forward/...``)."""
+    model = mlp()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: "no inputs require gradients"
+        with instrument.auto(model, backward="modules", sinks=[], collectives=False):
+            ema = copy.deepcopy(model)
+        assert not any("forward" in vars(m) for m in ema.modules())
+        assert not any(m._backward_pre_hooks or m._backward_hooks for m in ema.modules())
+        torch.save(ema, tmp_path / "ema.pt")
+        ema(torch.randn(2, 8)).sum().backward()
+        assert instrument.Reporter(every=None, sinks=[]).flush().paths() == ()
+        with instrument.auto(ema, sinks=[], collectives=False) as handle:
+            ema(torch.randn(2, 8))
+            paths = handle.reporter.flush().paths()
+    assert not any(p.startswith("forward/forward") for p in paths)
+
+
 def test_auto_twice_on_one_model_raises_until_removed() -> None:
     model = mlp()
     first = instrument.auto(model, collectives=False)

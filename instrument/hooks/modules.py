@@ -194,6 +194,11 @@ class ModuleHooks:
         self._anchor = backward_anchor or (lambda: ROOT.child("backward", 0, "cpu"))
         #: (module, its C forward, the Python twin) while the C one is in place
         self._untraced: list[tuple[nn.Module, object, object]] = []
+        #: the functions put on modules (timed forwards, backward hooks), by id, and the
+        #: copies of timed modules made since (``copy.deepcopy``: an EMA model)
+        self._functions: dict[int, object] = {}
+        self._copies: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+        self._restore.append(patches.patch(nn.Module, "__setstate__", _noting_copies))
         backward_regions: dict[str, Region] = {}  # qualname -> region, of backward-timed ones
         for target in targets:
             region = region_for(target.name, clock)
@@ -230,6 +235,7 @@ class ModuleHooks:
                 return call(*args, **kwargs) if bound_own else call(self, *args, **kwargs)
             return timed_call(*args, **kwargs) if bound_own else timed_call(self, *args, **kwargs)
 
+        self._own(forward, c_call)
         traceable = types.MethodType(forward, module)
         fast = None
         if c_call is not None and not bound_own and untraced.c_hooks_allowed():
@@ -317,11 +323,19 @@ class ModuleHooks:
             if top[3] is anchor_of:
                 _set(top[2])
 
+        self._own(enter, leave)
         self._handles.append(module.register_full_backward_pre_hook(enter))
         self._handles.append(module.register_full_backward_hook(leave))
 
+    def _own(self, *functions: object) -> None:
+        for function in functions:
+            if function is not None:
+                self._functions[id(function)] = function
+                _owners[id(function)] = self
+
     def remove(self) -> None:
-        """Take every hook off and undo every in-place patch (idempotent)."""
+        """Take every hook off and undo every in-place patch (idempotent); also from the
+        copies of timed modules made meanwhile."""
         handles, self._handles = self._handles, []
         for handle in handles:
             handle.remove()
@@ -330,6 +344,22 @@ class ModuleHooks:
             undo()
         for module in [m for m, (_, hooks) in list(_timed.items()) if hooks is self]:
             _timed.pop(module, None)
+        for copied in list(self._copies):
+            self._untime_copy(copied)
+        self._copies = weakref.WeakSet()
+        for key in self._functions:
+            if _owners.get(key) is self:
+                del _owners[key]
+
+    def _untime_copy(self, copied: nn.Module) -> None:
+        """Take this handle's timed ``forward`` and backward hooks off a copy of a module."""
+        ours = self._functions
+        forward = vars(copied).get("forward")
+        if id(getattr(forward, "__func__", None)) in ours:
+            del vars(copied)["forward"]
+        for hooks in (copied._backward_pre_hooks, copied._backward_hooks):
+            for key in [k for k, hook in hooks.items() if id(hook) in ours]:
+                del hooks[key]
 
     def watch_compile(self) -> None:
         """Keep timing modules compiled after this point (see the module doc)."""
@@ -337,6 +367,26 @@ class ModuleHooks:
 
         self._restore.append(patches.patch(OptimizedModule, "__call__", _optimized_call))
         self._restore.append(patches.patch(nn.Module, "compile", _compile_in_place))
+
+
+#: id of a function put on modules (a timed forward, a backward hook) -> its hooks
+_owners: dict[int, ModuleHooks] = {}
+
+
+def _noting_copies(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``nn.Module.__setstate__`` (run by ``copy.deepcopy`` and unpickling) that notes a
+    copy of a timed module, so that ``remove()`` takes the timing off the copy too."""
+
+    @functools.wraps(original)
+    def __setstate__(self: nn.Module, state: Any) -> Any:
+        result = original(self, state)
+        forward = vars(self).get("forward")
+        hooks = _owners.get(id(getattr(forward, "__func__", None)))
+        if hooks is not None and getattr(forward, "__self__", None) is self:
+            hooks._copies.add(self)
+        return result
+
+    return __setstate__
 
 
 def _optimized_call(original: Callable[..., Any]) -> Callable[..., Any]:
