@@ -173,6 +173,8 @@ class PathNode(NodeBase):
                 node.mode = mode
                 self.children[name] = node
                 _live_paths += 1
+                if self is ROOT and threading.get_ident() != _stepping():
+                    concurrent.add(node)  # another thread's work overlaps the steps
             elif mode != "cpu":
                 node.mode = mode
             return node
@@ -210,8 +212,16 @@ def _overflow(too_deep: bool) -> PathNode:
 #: Bytes moved per path since the last collect (collectives); written under ``_lock``.
 _bytes: dict[PathNode, int] = {}
 
-#: Paths whose time overlaps their siblings' (async work timed until it completes).
+#: Paths whose time overlaps their siblings' (async work timed until it completes, and the
+#: top-level regions of threads other than the one that ends the steps).
 concurrent: set[PathNode] = set()
+
+#: The thread that last ended a step (``Reporter.step``); None: the main thread.
+stepping_thread: int | None = None
+
+
+def _stepping() -> int | None:
+    return stepping_thread if stepping_thread is not None else threading.main_thread().ident
 
 
 def add_bytes(node: PathNode, nbytes: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import numbers
+import threading
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from types import TracebackType
@@ -279,6 +280,7 @@ class Reporter:
         flush (and return the report) at every multiple of ``every`` steps of the run
         (``every`` steps apart, unless you flushed in between)."""
         now = _state.now()
+        registry.stepping_thread = threading.get_ident()
         if samples is not None or tokens is not None:
             self.count(samples, tokens)
         spent = now - self._last_tick

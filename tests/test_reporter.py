@@ -56,6 +56,31 @@ def test_reports_come_at_multiples_of_every_also_after_a_flush_of_your_own(
     assert [(r.step - r.steps, r.step) for r in reports] == [(0, 3), (3, 4), (4, 8), (8, 12)]
 
 
+def test_another_threads_top_level_work_overlaps_the_steps_and_leaves_other_alone(
+    clock: FakeClock,
+) -> None:
+    """A background thread's top-level region is concurrent (shown "(async)"): it is not
+    counted against the step, whose untimed time stays in ``(other)`` (it took the
+    ``(other)`` of the steps, the lines summing past 100 %)."""
+    import threading
+
+    def background() -> None:
+        with instrument.timed("bg"):
+            clock.advance(0.0)  # (the fake clock is shared: no time of its own)
+
+    with capture_reports(normalizer=1.0) as reports:
+        worker = threading.Thread(target=background)
+        worker.start()
+        worker.join()
+        _train(clock, 2)
+    report = reports[-1]
+    assert report["bg"].concurrent
+    assert not report["data"].concurrent
+    assert not report["forward"].concurrent
+    assert report.other == pytest.approx(0.2)  # the loop's own untimed 0.1 s a step
+    assert "bg (async)" in report.render()
+
+
 def test_numeric_normalizer_divides_times_not_counts(clock: FakeClock) -> None:
     with capture_reports(normalizer=4.0) as reports:
         for _ in range(3):

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from instrument import registry
 from instrument.hooks import patches
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import _get
@@ -33,7 +34,10 @@ def anchor() -> PathNode:
         node = parent.children.get(NAME)
         return node if node is not None else parent
     node = ROOT.children.get(NAME)
-    return node if node is not None else ROOT.child(NAME, 0, "cpu")
+    if node is None:  # made from autograd's thread: still the training's own backward
+        node = ROOT.child(NAME, 0, "cpu")
+        registry.concurrent.discard(node)
+    return node
 
 
 def install(clock: object = None) -> Callable[[], None]:

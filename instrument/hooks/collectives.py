@@ -371,7 +371,10 @@ def _hook_parent() -> PathNode:
     if node is not ROOT:
         return node
     found = ROOT.children.get("backward")
-    return found if found is not None else ROOT.child("backward", 0, "cpu")
+    if found is None:  # made from autograd's thread: still the training's own backward
+        found = ROOT.child("backward", 0, "cpu")
+        registry.concurrent.discard(found)
+    return found
 
 
 def _default_hook() -> Hook:
