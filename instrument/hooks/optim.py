@@ -123,7 +123,8 @@ class OptimizerHooks:
             _tracked[opt] = self
             self._undo.append(opt.register_step_pre_hook(self._pre).remove)
             self._undo.append(opt.register_step_post_hook(self._post).remove)
-            self._undo.append(_patch_zero_grad(opt, decorate(opt.zero_grad, zero_grad)))
+            timed_zero_grad = decorate(opt.zero_grad, zero_grad)
+            self._undo.append(patches.put_on_instance(opt, "zero_grad", timed_zero_grad))
             self._undo.append(_forget(opt))
         for wrapper, inner in wrappers:
             # a wrapper whose class takes zero_grad from the optimizer's class (Lightning
@@ -135,7 +136,9 @@ class OptimizerHooks:
                 and hasattr(wrapper, "__dict__")
                 and "zero_grad" not in vars(wrapper)
             ):
-                self._undo.append(_patch_zero_grad(wrapper, vars(inner)["zero_grad"]))
+                self._undo.append(
+                    patches.put_on_instance(wrapper, "zero_grad", vars(inner)["zero_grad"])
+                )
         if optimizers:
             self._undo.append(patches.patch(torch.amp.GradScaler, "step", _make_scaler_step))
 
@@ -239,23 +242,6 @@ def _forget(opt: torch.optim.Optimizer) -> Callable[[], None]:
         _tracked.pop(opt, None)
 
     return forget
-
-
-def _patch_zero_grad(opt: object, timed_zero_grad: Any) -> Callable[[], None]:
-    """Put a timed ``zero_grad`` on this optimizer instance; the undo restores what was there."""
-    had = "zero_grad" in opt.__dict__
-    before = opt.__dict__.get("zero_grad")
-    opt.__dict__["zero_grad"] = timed_zero_grad
-
-    def undo() -> None:
-        if opt.__dict__.get("zero_grad") is not timed_zero_grad:
-            return
-        if had:
-            opt.__dict__["zero_grad"] = before
-        else:
-            del opt.__dict__["zero_grad"]
-
-    return undo
 
 
 def _make_scaler_step(original: Callable[..., Any]) -> Any:

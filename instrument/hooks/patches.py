@@ -1,4 +1,5 @@
-"""Reference-counted patches of shared functions (``torch.autograd.backward``, collectives).
+"""Reference-counted patches of shared functions (``torch.autograd.backward``, collectives),
+and attributes put on one instance (:func:`put_on_instance`).
 
 Several ``auto()`` handles may be live at once; the first ``patch`` of an attribute installs
 the wrapper, later ones only count, and the last undo puts the original back — exactly the
@@ -60,3 +61,23 @@ def _own(owner: object, attr: str) -> Any:
         return vars(owner)[attr]
     except (TypeError, KeyError):
         raise AttributeError(f"{owner!r} has no attribute {attr!r} of its own to patch") from None
+
+
+def put_on_instance(obj: object, name: str, value: object) -> Callable[[], None]:
+    """Put ``value`` in ``obj.__dict__`` as ``name`` (in front of the class's attribute);
+    the undo puts back what the instance had there, unless something replaced ``value``
+    since (then it leaves that alone)."""
+    own = vars(obj)
+    had = name in own
+    before = own.get(name)
+    own[name] = value
+
+    def undo() -> None:
+        if own.get(name) is not value:
+            return
+        if had:
+            own[name] = before
+        else:
+            del own[name]
+
+    return undo

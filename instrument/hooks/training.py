@@ -96,12 +96,12 @@ def time_scheduler(scheduler: object, clock: object = None) -> Callable[[], None
     own = vars(scheduler)
     before: dict[str, Any] = {name: own[name] for name in ("step", "state_dict") if name in own}
     put: dict[str, Any] = {"step": decorate(step, region_for("lr_scheduler", clock))}
-    undo_step = _put_own(own, "step", put["step"])
+    undo_step = patches.put_on_instance(scheduler, "step", put["step"])
     state_dict = getattr(scheduler, "state_dict", None)
     if not callable(state_dict):
         return undo_step
     put["state_dict"] = _state_without(state_dict, put, before)
-    undo_state = _put_own(own, "state_dict", put["state_dict"])
+    undo_state = patches.put_on_instance(scheduler, "state_dict", put["state_dict"])
 
     def undo() -> None:
         undo_state()
@@ -129,21 +129,3 @@ def _state_without(
         return state
 
     return without
-
-
-def _put_own(own: dict[str, Any], name: str, value: object) -> Callable[[], None]:
-    """Put ``value`` in the instance ``__dict__`` ``own`` as ``name``; the undo puts back
-    what was there (unless something else replaced ``value`` since)."""
-    had = name in own
-    before = own.get(name)
-    own[name] = value
-
-    def undo() -> None:
-        if own.get(name) is not value:
-            return
-        if had:
-            own[name] = before
-        else:
-            del own[name]
-
-    return undo

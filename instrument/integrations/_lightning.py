@@ -33,6 +33,7 @@ from instrument.auto import FORWARD_UNSEEN, AutoHandle, auto
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
 from instrument.hooks.optim import _resumed
+from instrument.hooks.patches import put_on_instance
 from instrument.integrations.figures import LOG_MODES, figures
 from instrument.regions.frames import _get, _set
 from instrument.regions.region import Region, check_level, region_for
@@ -142,23 +143,6 @@ def _warn_compiled_training_step() -> None:
         "(self.net = torch.compile(self.net)) and pass fit() the LightningModule itself",
         stacklevel=4,
     )
-
-
-def _set_attr(obj: Any, name: str, value: Any) -> Callable[[], None]:
-    """Put ``value`` in ``obj.__dict__[name]``; the undo restores what was there."""
-    had = name in obj.__dict__
-    before = obj.__dict__.get(name)
-    obj.__dict__[name] = value
-
-    def undo() -> None:
-        if obj.__dict__.get(name) is not value:
-            return
-        if had:
-            obj.__dict__[name] = before
-        else:
-            del obj.__dict__[name]
-
-    return undo
 
 
 class Session:
@@ -282,7 +266,7 @@ class Session:
             )
         self._reporter = reporter
         self._trainer = weakref.ref(trainer)
-        self._undo = [_set_attr(reporter, "step", self._holding(reporter.step))]
+        self._undo = [put_on_instance(reporter, "step", self._holding(reporter.step))]
         try:
             optimizers = list(trainer.optimizers)
             if isinstance(getattr(pl_module, "_compiler_ctx", None), dict):
@@ -353,12 +337,13 @@ class Session:
 
     def _install(self, trainer: Any, pl_module: Any) -> None:
         undo = self._undo
-        undo.append(_set_attr(pl_module, "training_step", self._training_step(pl_module)))
+        undo.append(put_on_instance(pl_module, "training_step", self._training_step(pl_module)))
         outside = self._outside
-        undo.append(_set_attr(pl_module, "manual_backward", outside(pl_module.manual_backward)))
+        manual_backward = outside(pl_module.manual_backward)
+        undo.append(put_on_instance(pl_module, "manual_backward", manual_backward))
         scheduler = region_for("lr_scheduler", self._clock)
         undo.append(
-            _set_attr(
+            put_on_instance(
                 pl_module,
                 "lr_scheduler_step",
                 _timed(pl_module.lr_scheduler_step, scheduler),
@@ -371,8 +356,8 @@ class Session:
                 continue
             # LightningOptimizer.zero_grad is the optimizer class's, run on the wrapper:
             # route it to the inner optimizer's timed one
-            undo.append(_set_attr(wrapper, "zero_grad", outside(inner.zero_grad)))
-            undo.append(_set_attr(wrapper, "step", outside(wrapper.step)))
+            undo.append(put_on_instance(wrapper, "zero_grad", outside(inner.zero_grad)))
+            undo.append(put_on_instance(wrapper, "step", outside(wrapper.step)))
         self._time_data(trainer)
 
     def _time_data(self, trainer: Any) -> None:
