@@ -224,6 +224,16 @@ def _stepping() -> int | None:
     return stepping_thread if stepping_thread is not None else threading.main_thread().ident
 
 
+def steps_own(name: str) -> PathNode:
+    """The top-level path ``name`` as the steps' own (never concurrent), made if missing —
+    also when another thread asks for it (autograd's, for ``backward``)."""
+    node = ROOT.children.get(name)
+    if node is None:
+        node = ROOT.child(name, 0, "cpu")
+        concurrent.discard(node)
+    return node
+
+
 def add_bytes(node: PathNode, nbytes: int) -> None:
     """Count ``nbytes`` moved by one call of ``node`` (a collective; not the region hot path)."""
     with _lock:

@@ -14,7 +14,7 @@ from instrument.hooks import patches
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import _get
 from instrument.regions.region import region_for
-from instrument.registry import ROOT, PathNode
+from instrument.registry import PathNode
 
 # True only while Dynamo traces the caller (AOTAutograd and export never call backward())
 tracing = torch.compiler.is_dynamo_compiling
@@ -33,11 +33,7 @@ def anchor() -> PathNode:
     if parent is not None:  # the region's node, or its parent's where it was switched off
         node = parent.children.get(NAME)
         return node if node is not None else parent
-    node = ROOT.children.get(NAME)
-    if node is None:  # made from autograd's thread: still the training's own backward
-        node = ROOT.child(NAME, 0, "cpu")
-        registry.concurrent.discard(node)
-    return node
+    return registry.steps_own(NAME)
 
 
 def install(clock: object = None) -> Callable[[], None]:

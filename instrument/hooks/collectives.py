@@ -370,11 +370,7 @@ def _hook_parent() -> PathNode:
     node = _get()[0]
     if node is not ROOT:
         return node
-    found = ROOT.children.get("backward")
-    if found is None:  # made from autograd's thread: still the training's own backward
-        found = ROOT.child("backward", 0, "cpu")
-        registry.concurrent.discard(found)
-    return found
+    return registry.steps_own("backward")
 
 
 def _default_hook() -> Hook:

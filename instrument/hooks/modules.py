@@ -33,12 +33,13 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from instrument import registry
 from instrument._warn import warn_once
 from instrument.hooks import patches, untraced
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import Frame, _get, _set
 from instrument.regions.region import Region, region_for
-from instrument.registry import ROOT, PathNode
+from instrument.registry import PathNode
 
 Pattern = str | type[nn.Module]
 
@@ -191,7 +192,7 @@ class ModuleHooks:
     ) -> None:
         self._handles: list[RemovableHandle] = []
         self._restore: list[Callable[[], None]] = []
-        self._anchor = backward_anchor or (lambda: ROOT.child("backward", 0, "cpu"))
+        self._anchor = backward_anchor or (lambda: registry.steps_own("backward"))
         #: (module, its C forward, the Python twin) while the C one is in place
         self._untraced: list[tuple[nn.Module, object, object]] = []
         #: the functions put on modules (timed forwards, backward hooks), by id, and the
