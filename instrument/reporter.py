@@ -294,12 +294,10 @@ class Reporter:
             if self._pending is not None:
                 self._add_counts()
         self._steps += 1
-        # at every multiple of `every` in the run, also after a flush of your own: ranks
-        # that flushed once more than the others meet again at the next multiple
+        # at every multiple of `every` in the run (every `every` steps, and after a flush of
+        # your own at the next multiple: ranks that flushed once more meet again there)
         every = self.every
-        if every is not None and (
-            self._steps >= every or (self._run_steps + self._steps) % every == 0
-        ):
+        if every is not None and (self._run_steps + self._steps) % every == 0:
             return self.flush()
         return None
 
