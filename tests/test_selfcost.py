@@ -78,7 +78,7 @@ def test_the_calibrations_count_in_their_flush_time(monkeypatch: pytest.MonkeyPa
             reporter = instrument.reporter.live_reporters()[-1]
             clock.advance(1.0)
             first = reporter.flush()
-            clock.advance(1.0)
+            clock.advance(0.001)  # an interval shorter than the calibrations
             second = reporter.flush()
             clock.advance(1.0)
             third = reporter.flush()
@@ -89,6 +89,9 @@ def test_the_calibrations_count_in_their_flush_time(monkeypatch: pytest.MonkeyPa
     assert second.self_cost is not None
     assert third.self_cost is not None
     assert second.self_cost.flush_seconds == pytest.approx(0.004)  # both calibrations
+    # its interval holds the flush it is charged with: 4 of 5 ms, not 400 % of 1 ms
+    assert second.self_cost.interval_seconds == pytest.approx(0.005)
+    assert second.self_cost.share == pytest.approx(0.8)
     assert third.self_cost.flush_seconds == 0.0  # measured once
 
 
