@@ -340,6 +340,55 @@ def test_the_step_after_one_that_raised_closes_its_region(sink: InMemory) -> Non
     assert "optimizer/optimizer" not in report
 
 
+@pytest.mark.parametrize("scheduler", ["none", "before", "after"])
+def test_a_step_that_raises_closes_its_region_and_the_loop_goes_on(
+    sink: InMemory, scheduler: str
+) -> None:
+    """An exception inside ``step()`` skips PyTorch's post hook: the ``optimizer`` region
+    stayed open and a loop that caught it filed its next iteration below it. The guard on
+    ``step`` works with torch's LR scheduler wrapping ``step`` before or after auto()."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    failing = [False]
+
+    def check(optimizer: object, args: object, kwargs: object) -> None:
+        if failing[0]:
+            raise FloatingPointError("nan in the gradients")
+
+    def make_scheduler() -> torch.optim.lr_scheduler.LRScheduler:
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+
+    schedulers = [make_scheduler()] if scheduler == "before" else []
+    own_before = dict(vars(opt))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # also: no "lr_scheduler.step() before optimizer.step()"
+        with instrument.auto(model, opt, every=None, sinks=[sink], collectives=False) as handle:
+            opt.register_step_pre_hook(check)  # runs after auto's pre hook
+            if scheduler == "after":
+                schedulers.append(make_scheduler())
+            for i in range(4):
+                model(torch.randn(2, 8)).sum().backward()
+                failing[0] = i == 1
+                try:
+                    opt.step()
+                except FloatingPointError:
+                    assert instrument.current_path() == ""
+                for s in schedulers:
+                    s.step()
+                opt.zero_grad()
+            report = handle.reporter.flush()
+    top = {p for p in report.paths() if "/" not in p}
+    assert top == {"backward", "forward", "optimizer", "zero_grad"}
+    assert not any(p.startswith("optimizer/") for p in report.paths())
+    assert report["forward"].count == 4
+    assert report["optimizer"].count == 4  # like any region that raised, it still counts
+    assert report.steps == 3  # the step that raised ends no iteration
+    if scheduler != "after":  # (a scheduler made meanwhile keeps its wrapper on opt)
+        assert vars(opt).get("step") is own_before.get("step")
+    for s in schedulers:
+        assert s.last_epoch == 4
+
+
 def test_zero_grad_is_timed_and_restored() -> None:
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -3,7 +3,11 @@ a model hidden inside a compiled function is warned about, never silently droppe
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -170,3 +174,91 @@ def test_no_warning_when_the_first_steps_ran_disabled() -> None:
                 instrument.enable()
             report = handle.reporter.flush()
     assert report["forward"].count == 2
+
+
+# -- a compiled optimizer step, a compiled train_step --------------------------------------
+
+
+def test_a_compiled_optimizer_step_is_timed_and_ends_the_iteration() -> None:
+    """PyTorch's recipe for compiling the optimizer (a compiled function calling
+    ``opt.step()``): Dynamo traced the step hooks, so nothing was reported at all."""
+    torch._dynamo.reset()
+    model = TinyLM()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    sink = InMemory()
+
+    @torch.compile(backend="eager")
+    def step() -> None:
+        opt.step()
+
+    with instrument.auto(model, opt, every=2, sinks=[sink], collectives=False):
+        for i in range(4):
+            lm_loss(model, batch(i)).backward()
+            step()
+            opt.zero_grad()
+    assert [r.steps for r in sink.reports] == [2, 2]
+    for report in sink.reports:
+        assert report["optimizer"].count == 2
+        assert report["forward"].count == 2
+        assert not any(p.startswith("optimizer/") for p in report.paths())
+    assert sink.reports[1]["optimizer"].total > 0
+
+
+def test_a_compiled_train_step_times_backward_and_the_optimizer() -> None:
+    """``loss.backward()`` inside a compiled function runs between its graphs: Dynamo
+    compiled the backward wrapper itself (and warned it cannot trace instrument's C call),
+    so ``backward`` went missing."""
+    torch._dynamo.reset()
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sink = InMemory()
+
+    @torch.compile(backend="eager")
+    def train_step(x: torch.Tensor) -> None:
+        lm_loss(model, x).backward()
+        opt.step()
+        opt.zero_grad()
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with instrument.auto(model, opt, every=3, sinks=[sink], collectives=False):
+            for i in range(6):
+                train_step(batch(i))
+    assert not [w for w in seen if "does not know how to trace" in str(w.message)]
+    assert any("forward was not timed" in str(w.message) for w in seen)  # inside the graph
+    report = sink.reports[-1]
+    assert report.steps == 3
+    assert report["backward"].count == 3
+    assert report["optimizer"].count == 3
+    assert report["zero_grad"].count == 3
+    assert report["backward"].total > 0
+
+
+def test_first_compilation_after_auto_leaves_no_warning_at_remove(tmp_path: Path) -> None:
+    """Dynamo wraps ``nn.Module.__setstate__`` at the first compilation of a process; when
+    that came after auto(), remove() warned that someone replaced instrument's patch."""
+    script = tmp_path / "first_compile.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch, instrument
+            from torch import nn
+            model = nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            with instrument.auto(model, opt, every=None, sinks=[], collectives=False):
+                compiled = torch.compile(model, backend="eager")
+                compiled(torch.randn(2, 4)).sum().backward()
+                opt.step()
+            import copy
+            copy.deepcopy(model)  # the patch left inside Dynamo's does nothing
+            assert "forward" not in vars(model)
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

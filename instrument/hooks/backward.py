@@ -11,6 +11,7 @@ import torch
 
 from instrument import registry
 from instrument.hooks import patches
+from instrument.hooks.eager import never_compiled
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import _get
 from instrument.regions.region import region_for
@@ -45,6 +46,7 @@ def install(clock: object = None) -> Callable[[], None]:
         if timed is None:
             timed = in_region(original, region)
 
+        @never_compiled  # backward() called between the graphs of a compiled function
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
             global _parent

@@ -199,7 +199,9 @@ class ModuleHooks:
         #: copies of timed modules made since (``copy.deepcopy``: an EMA model)
         self._functions: dict[int, object] = {}
         self._copies: weakref.WeakSet[nn.Module] = weakref.WeakSet()
-        self._restore.append(patches.patch(nn.Module, "__setstate__", _noting_copies))
+        self._restore.append(
+            patches.patch(nn.Module, "__setstate__", _noting_copies, inert_when_left=True)
+        )
         backward_regions: dict[str, Region] = {}  # qualname -> region, of backward-timed ones
         for target in targets:
             region = region_for(target.name, clock)

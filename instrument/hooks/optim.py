@@ -2,7 +2,12 @@
 
 ``optimizer.step()`` is timed by the optimizer's own step pre/post hooks; the post hook of
 the *ticking* optimizer (the last one given) then ends the iteration — so with gradient
-accumulation an iteration is one optimizer step. ``GradScaler.step(optimizer)`` is timed
+accumulation an iteration is one optimizer step. PyTorch runs no post hook when ``step()``
+raises, so ``step`` on the optimizer's instance is guarded too (:func:`_guard`): a step that
+raises closes its region (recorded, like any region that raised; the iteration does not
+end) and the exception propagates unchanged. In a compiled step the hooks run outside the
+graph (:mod:`instrument.hooks.eager`), so a compiled ``optimizer.step()`` is timed like an
+eager one and ends the iteration. ``GradScaler.step(optimizer)`` is timed
 whole (unscaling and the inf check included) and ends the iteration even when the scaler
 skips the step because of infs or NaNs; the skipped steps are counted.
 
@@ -19,6 +24,7 @@ the last closure call: all of it for torch's optimizers, which call the closure 
 
 from __future__ import annotations
 
+import types
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,7 +33,8 @@ import torch
 import wrapt
 
 from instrument import clocks, observe
-from instrument.hooks import patches
+from instrument.hooks import eager, patches
+from instrument.hooks.eager import outside
 from instrument.regions.decorators import decorate
 from instrument.regions.frames import Frame, _close, _get, _set, abandon
 from instrument.regions.region import region_for
@@ -123,6 +130,7 @@ class OptimizerHooks:
             _tracked[opt] = self
             self._undo.append(opt.register_step_pre_hook(self._pre).remove)
             self._undo.append(opt.register_step_post_hook(self._post).remove)
+            self._undo.append(patches.put_on_instance(opt, "step", _guard(opt, self._raised)))
             timed_zero_grad = decorate(opt.zero_grad, zero_grad)
             self._undo.append(patches.put_on_instance(opt, "zero_grad", timed_zero_grad))
             self._undo.append(_forget(opt))
@@ -143,10 +151,12 @@ class OptimizerHooks:
             self._undo.append(patches.patch(torch.amp.GradScaler, "step", _make_scaler_step))
 
     def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
-        if self._scaled or tracing():
+        if self._scaled:
             return None
+        if tracing():  # a compiled step: this hook runs outside the graph (hooks.eager)
+            return outside(self._pre)(optimizer, args, kwargs)
         region = self._region
-        if _get()[3] is region:  # a step that raised never ran its post hook
+        if _get()[3] is region:  # a step that raised outside its guard: no post hook ran
             abandon(region)
         region.__enter__()
         if not kwargs and len(args) < 2:  # step(): no closure
@@ -158,6 +168,11 @@ class OptimizerHooks:
         if callable(closure):
             return args, {**kwargs, "closure": self._time_closure(closure)}
         return None
+
+    def _raised(self, error: BaseException) -> None:
+        """``step()`` raised past its post hook: close the region its pre hook opened."""
+        if _get()[3] is self._region:
+            self._region.__exit__(type(error), error, error.__traceback__)
 
     def _time_closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
         """``closure``, run with the ``optimizer`` frame set aside (see the module doc)."""
@@ -190,10 +205,14 @@ class OptimizerHooks:
             self._stepped = True
             return
         if tracing():
+            outside(self._post)(optimizer, args, kwargs)
             return
         self._region.__exit__(None, None, None)
         if optimizer is self._ticker:
-            self.on_step()
+            if eager.compile_callback() is None:
+                self.on_step()
+            else:  # run between graphs of a compiled step: keep Dynamo out of the flush
+                outside(self.on_step)()
 
     def scaler_step(
         self, optimizer: torch.optim.Optimizer, call: Callable[..., Any], args: Any, kwargs: Any
@@ -233,6 +252,28 @@ def _resumed(frame: Frame, spent: int, sync: bool) -> Frame:
         if opened is not None:
             observe._open[(node, t0 + spent)] = opened
     return (node, t0 + spent, parent, owner, event)
+
+
+def _guard(opt: torch.optim.Optimizer, raised: Callable[[BaseException], None]) -> types.MethodType:
+    """``opt.step`` that calls ``raised(error)`` when the step raises, then re-raises.
+
+    It calls what ``opt.step`` was when guarded: the instance's own ``step`` if it had one
+    (an LR scheduler's wrapper), else the class's, looked up at call time. A bound method,
+    so an LR scheduler created later can wrap it (torch's takes ``opt.step.__func__``)."""
+    own = vars(opt).get("step")
+
+    def step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if own is None:
+                return type(self).step(self, *args, **kwargs)
+            return own(*args, **kwargs)
+        except BaseException as error:
+            raised(error)
+            raise
+
+    if own is not None:  # what torch's LR scheduler marks its wrapper with, and the like
+        step.__dict__.update(getattr(own, "__dict__", {}))
+    return types.MethodType(step, opt)
 
 
 def _forget(opt: torch.optim.Optimizer) -> Callable[[], None]:

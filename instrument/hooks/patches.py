@@ -18,9 +18,16 @@ _lock = threading.Lock()
 _active: dict[tuple[int, str], list[Any]] = {}
 
 
-def patch(owner: object, attr: str, make: Callable[[Any], Any]) -> Callable[[], None]:
+def patch(
+    owner: object, attr: str, make: Callable[[Any], Any], *, inert_when_left: bool = False
+) -> Callable[[], None]:
     """Replace ``owner.attr`` by ``make(original)`` (once, however many callers ask) and
-    return the undo for this caller."""
+    return the undo for this caller.
+
+    If something replaced the wrapper meanwhile, the last undo leaves the newer object in
+    place and warns — unless ``inert_when_left``: the wrapper does nothing once its hooks
+    are gone, so being left inside someone else's wrapper is harmless and not worth a
+    warning (Dynamo wraps ``nn.Module.__setstate__`` at the first compilation)."""
     key = (id(owner), attr)
     with _lock:
         entry = _active.get(key)
@@ -44,7 +51,7 @@ def patch(owner: object, attr: str, make: Callable[[Any], Any]) -> Callable[[], 
             del _active[key]
             if _own(owner, attr) is entry[3]:
                 setattr(owner, attr, entry[2])
-            else:
+            elif not inert_when_left:
                 warnings.warn(
                     f"instrument: {attr!r} was replaced by someone else after instrument "
                     "patched it; leaving the newer one in place",
