@@ -429,8 +429,8 @@ class Reporter:
         report = None
         if flush and (self._steps or any(node.has_records() for node in registry.walk())):
             report = self.flush()
-        if self.ranks != "local" and not self._exiting:  # (at exit: not a word to the others)
-            agree.closed(self._run_steps + self._steps, self.group)  # none waits for this one
+        if self.ranks != "local":  # none waits for this one (also at interpreter exit)
+            agree.closed(self._run_steps + self._steps, self.group)
         for sink in self._sinks:
             try:
                 sink.close()
@@ -440,7 +440,9 @@ class Reporter:
 
     def _close_at_exit(self) -> None:
         """The last flush, at interpreter exit: this rank's own report only (the other
-        ranks may be gone, so no barrier and no gather), then the sinks are closed."""
+        ranks may be gone, so no barrier and no gather), then the sinks are closed. The
+        ranks still running hear that this one closed (on the rendezvous store, if it is
+        still there), so their next flush does not wait ``rank_timeout`` for it."""
         self._exiting = True
         self.close()
 

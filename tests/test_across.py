@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch.distributed as dist
-from distributed_helpers import run_ranks
+from distributed_helpers import free_port, run_ranks
 from net_bytes import moved, tcp_counters
 
 import instrument
@@ -266,6 +269,44 @@ def test_a_rank_that_closed_is_not_waited_for(delay: float) -> None:
     assert second["note"] is None  # (nothing left to report at its close)
     assert first["again"] == ("", True)
     assert second["again"] == ("", True)
+
+
+EXITING_RANK = """
+import time, torch.distributed as dist, instrument
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+reporter = instrument.Reporter(every=2, ranks="max", rank_timeout=60, memory=False, warmup=0)
+for _ in range(4 if rank == 0 else 6):
+    with instrument.timed("work"):
+        time.sleep(0.01)
+    start = time.perf_counter()
+    instrument.step()
+    print(f"rank {rank} stepped in {time.perf_counter() - start:.1f} s", flush=True)
+# rank 0 ends here: no close(), no destroy_process_group(): only the flush at exit
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_ended_at_interpreter_exit_is_not_waited_for(tmp_path: Path) -> None:
+    """Under torchrun (the agent holds the store), rank 0 runs 4 steps and just ends; rank
+    1's flush at step 6 waited the whole ``rank_timeout`` (60 s) for it: the flush at exit
+    said nothing to the others."""
+    script = tmp_path / "exiting_rank.py"
+    script.write_text(EXITING_RANK)
+    launcher = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
+    env = {k: v for k, v in os.environ.items() if k not in launcher}
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(free_port()), str(script)],
+        capture_output=True, text=True, timeout=100, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout + done.stderr
+    assert "ranks [0] closed their reporter before it (rank 0 at step 4)" in said
+    slowest = max(float(line.split()[-2]) for line in done.stdout.splitlines() if "stepped" in line)
+    assert slowest < 20
+    assert time.perf_counter() - start < 60
 
 
 def straggler_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
