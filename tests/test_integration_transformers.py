@@ -70,7 +70,11 @@ def llama() -> torch.nn.Module:
 
 
 def train(
-    make: Any, callback: InstrumentCallback | None, steps: int = 4, **args: Any
+    make: Any,
+    callback: InstrumentCallback | None,
+    steps: int = 4,
+    eval_dataset: Any = None,
+    **args: Any,
 ) -> transformers.Trainer:
     torch.manual_seed(0)
     model = make()
@@ -91,6 +95,7 @@ def train(
         model=model,
         args=transformers.TrainingArguments(**options),
         train_dataset=TokenData(),
+        eval_dataset=eval_dataset,
         callbacks=[callback] if callback is not None else [],
     )
     trainer.train()
@@ -155,6 +160,33 @@ def test_trainer_tree_with_gradient_accumulation_and_logged_figures() -> None:
     assert "instrument/forward/transformer_ms" in figures(report, depth=2)
     assert "instrument/time/forward/total_ms" in figures(report, "all")
     assert callback.handle is None
+    assert_nothing_left(trainer)
+
+
+def test_evaluation_during_training_is_its_own_region() -> None:
+    """``eval_strategy="steps"``: the evaluation's forwards were counted as training's
+    ``forward`` (16 calls in 4 steps, its time 3x the training forward's)."""
+    sink = InMemory()
+    callback = InstrumentCallback(every=4, sinks=[sink])
+    evals = {"train": TokenData(24), "other": TokenData(8)}  # evaluate() calls itself per set
+    trainer = train(
+        gpt2, callback, steps=8, eval_dataset=evals, eval_strategy="steps", eval_steps=2,
+        per_device_eval_batch_size=BATCH, logging_steps=4,
+    )  # fmt: skip
+    assert [r.steps for r in sink.reports] == [4, 4]
+    # evaluations after steps 2 | 4, 6 (the one after step 8 follows the last report)
+    assert [r["evaluate"].count for r in sink.reports] == [1, 2]
+    for report in sink.reports:
+        assert report["forward"].count == 4  # training's own
+        assert report["evaluate/forward"].count == report["evaluate"].count * (6 + 2)
+        assert report["evaluate/forward/transformer/h.0"].count > 0
+        assert not any(p.startswith("evaluate/evaluate") for p in report.paths())
+        assert report["evaluate"].total > report["evaluate/forward"].total > 0
+    logged = [e for e in trainer.state.log_history if "loss" in e]
+    assert logged[-1]["instrument/evaluate_ms"] == pytest.approx(
+        sink.reports[-1]["evaluate"].total * 1e3
+    )
+    trainer.evaluate()  # after train(): nothing installed, nothing recorded
     assert_nothing_left(trainer)
 
 

@@ -5,7 +5,9 @@ Trainer really uses: the model (a ``torch.compile`` wrapper, ``torch_compile=Tru
 it timed as ``forward``), the optimizer behind Accelerate's ``AcceleratedOptimizer``, the
 prepared train loader (``data``, and samples/tokens counted from its batches), and the LR
 scheduler. ``model.zero_grad()``, gradient clipping, activation-checkpoint recomputation
-and collectives get their own lines. One report interval is ``every`` optimizer steps
+and collectives get their own lines; an evaluation during training (``eval_strategy``)
+is one ``evaluate`` region, with its forwards below it (``evaluate/forward/...``), never
+mixed into training's ``forward``. One report interval is ``every`` optimizer steps
 (gradient accumulation counted once per optimizer step), and each report's figures are
 added to the Trainer's next ``logs`` (``on_log``), so its log history and every
 ``report_to`` backend receive them. Training end removes everything.
@@ -32,6 +34,7 @@ from instrument.auto import AutoHandle, auto
 from instrument.hooks import data as data_hooks
 from instrument.hooks import patches
 from instrument.integrations.figures import LOG_MODES, figures
+from instrument.regions.region import region_for
 from instrument.report import Report
 from instrument.sinks.console import Console
 
@@ -91,7 +94,7 @@ class InstrumentCallback(TrainerCallback):
         self._sinks = None if sinks is None else list(sinks)
         self._options = auto_options
         self.handle: AutoHandle | None = None
-        self._undo_skipping: Callable[[], None] | None = None
+        self._undo: Callable[[], None] | None = None  # what the integration patched
         self.reports: list[Report] = []  # reports not yet logged
         self.last: Report | None = None
 
@@ -147,8 +150,17 @@ class InstrumentCallback(TrainerCallback):
                 stacklevel=2,
             )
             self.handle = auto(model, optimizer, **options)
+        undo_evaluate = _time_evaluation(self._options.get("clock"))
         if train_dataloader is not None:
-            self._undo_skipping = _time_skipping_loaders()
+            undo_skipping = _time_skipping_loaders()
+
+            def undo_both() -> None:
+                undo_skipping()
+                undo_evaluate()
+
+            self._undo = undo_both
+        else:
+            self._undo = undo_evaluate
         if self.log != "none":
             _log_before_reporting_callbacks(self, sys._getframe(1))
 
@@ -176,13 +188,50 @@ class InstrumentCallback(TrainerCallback):
         """Remove every hook and patch now (idempotent). ``train()`` does it at its end, but
         a ``train()`` that raised never gets there (the Trainer has no exception event): call
         this after catching its exception. The next ``train()`` also starts with it."""
-        undo, self._undo_skipping = self._undo_skipping, None
+        undo, self._undo = self._undo, None
         if undo is not None:
             undo()
         handle, self.handle = self.handle, None
         if handle is not None:
             handle.remove()
         self.reports = []
+
+
+def _time_evaluation(clock: object = None) -> Callable[[], None]:
+    """Time ``Trainer.evaluate`` as ``evaluate`` for a Trainer whose ``InstrumentCallback``
+    is installed (the class's method is patched while one is; others call straight
+    through): the evaluation's forwards, loader and metrics are below it, not in the
+    training lines. One region for ``evaluate()`` of several eval datasets (it calls
+    itself for each). Returns the undo."""
+    from transformers import Trainer
+
+    region = region_for("evaluate", clock)
+    running: set[int] = set()
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if id(self) in running or not _instrumented(self):
+                return original(self, *args, **kwargs)
+            running.add(id(self))
+            try:
+                with region:
+                    return original(self, *args, **kwargs)
+            finally:
+                running.discard(id(self))
+
+        return evaluate
+
+    return patches.patch(Trainer, "evaluate", make)
+
+
+def _instrumented(trainer: Any) -> bool:
+    """Whether ``trainer`` has an installed ``InstrumentCallback``."""
+    handler = getattr(trainer, "callback_handler", None)
+    return any(
+        isinstance(callback, InstrumentCallback) and callback.handle is not None
+        for callback in getattr(handler, "callbacks", ())
+    )
 
 
 def _time_skipping_loaders() -> Callable[[], None]:
