@@ -117,3 +117,29 @@ def test_a_slow_forward_is_named_not_the_ranks_that_wait_for_it_in_backward() ->
     assert last["backward/ddp_all_reduce"].ranks is not None
     assert last["backward/ddp_all_reduce"].ranks.slowest == 1
     assert {s.rank for r in reports for s in r.stragglers} == {1}
+
+
+def compiled_ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    compiled = torch.compile(nn.parallel.DistributedDataParallel(TinyLM()), backend="eager")
+    opt = torch.optim.SGD(compiled.parameters(), lr=0.1)
+    with instrument.auto(compiled, opt, every=None, sinks=[]) as handle:
+        gen = torch.Generator().manual_seed(100 + rank)
+        for _ in range(2):
+            lm_loss(compiled, torch.randint(0, 64, (4, 12), generator=gen)).backward()
+            opt.step()
+            opt.zero_grad()
+        return handle.reporter.flush().to_dict()
+
+
+@pytest.mark.timeout(150)
+def test_a_compiled_ddp_model_keeps_its_gradient_all_reduce_line() -> None:
+    """``auto(torch.compile(DDP(model)))``: the comm hook went only on a DDP given directly,
+    so the gradient all-reduce was hidden in ``backward`` (and ``backward`` was scored by
+    its total across ranks, waits included)."""
+    for result in run_ranks(compiled_ddp_worker, 2, timeout=120):
+        report = instrument.Report.from_dict(result)
+        assert report["forward"].count == 2
+        grads = report["backward/ddp_all_reduce"]
+        assert grads.count >= 2
+        assert grads.bytes == 2 * 4 * sum(p.numel() for p in TinyLM().parameters())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from distributed_helpers import free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -188,6 +190,49 @@ def test_evaluation_during_training_is_its_own_region() -> None:
     )
     trainer.evaluate()  # after train(): nothing installed, nothing recorded
     assert_nothing_left(trainer)
+
+
+DDP_RUN = """
+import json, os, sys
+sys.path.insert(0, {tests!r})
+import transformers
+from test_integration_transformers import gpt2, TokenData
+from instrument.integrations.transformers import InstrumentCallback
+from instrument.sinks import InMemory
+sink = InMemory()
+args = transformers.TrainingArguments(
+    output_dir={out!r}, per_device_train_batch_size=4, max_steps=4, logging_steps=2,
+    report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, ddp_backend="gloo",
+)
+trainer = transformers.Trainer(
+    model=gpt2(), args=args, train_dataset=TokenData(), callbacks=[InstrumentCallback(sinks=[sink])]
+)
+trainer.train()
+report = sink.reports[-1]
+grads = report["backward/ddp_all_reduce"] if "backward/ddp_all_reduce" in report else None
+with open(os.path.join({out!r}, "rank%s.json" % os.environ["RANK"]), "w") as f:
+    json.dump({{"steps": report.steps, "grad_bytes": grads and grads.bytes,
+               "parameters": sum(p.numel() for p in gpt2().parameters())}}, f)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_ddp_training_shows_the_gradient_all_reduce(tmp_path: Path) -> None:
+    """Under torchrun the callback gets the Trainer's model, not the DDP wrapper the
+    Trainer trains: the gradient all-reduce was hidden in ``backward``."""
+    script = tmp_path / "ddp_run.py"
+    script.write_text(DDP_RUN.format(tests=str(Path(__file__).parent), out=str(tmp_path)))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(free_port()), str(script)],
+        capture_output=True, text=True, timeout=170, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        result = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert result["steps"] == 2
+        assert result["grad_bytes"] == 2 * 4 * result["parameters"]  # fp32 grads, 2 steps
 
 
 def test_the_trainer_saves_checkpoints_under_the_callback(tmp_path: Path) -> None:

@@ -35,8 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import wrapt
+from torch import nn
 
 from instrument import registry
+from instrument.hooks.modules import held_module
 from instrument.hooks.patches import patch
 from instrument.regions.frames import _get
 from instrument.regions.region import check_name
@@ -412,7 +414,8 @@ def timed_comm_hook(hook: Hook | None = None, name: str = "ddp_all_reduce") -> H
 
 def hook_ddp(model: object) -> bool:
     """Register :func:`timed_comm_hook` on a ``DistributedDataParallel`` model that has no comm
-    hook yet (state: its process group); True if registered.
+    hook yet (state: its process group); True if registered. The DDP may be held by wrappers
+    (``torch.compile(ddp)``: ``_orig_mod``), which are looked through.
 
     DDP allows one comm hook and cannot unregister it: after the install ends the hook stays
     and only passes through to DDP's all-reduce. A model with its own hook is left alone
@@ -422,10 +425,15 @@ def hook_ddp(model: object) -> bool:
         return False
     from torch.nn.parallel import DistributedDataParallel
 
-    if not isinstance(model, DistributedDataParallel) or getattr(model, "_comm_hooks", None):
+    current = model
+    for _ in range(4):  # compile(DDP(model)) and the like
+        if isinstance(current, DistributedDataParallel) or not isinstance(current, nn.Module):
+            break
+        current = held_module(current)
+    if not isinstance(current, DistributedDataParallel) or getattr(current, "_comm_hooks", None):
         return False
     try:
-        model.register_comm_hook(model.process_group, timed_comm_hook())
+        current.register_comm_hook(current.process_group, timed_comm_hook())
     except RuntimeError:  # a built-in hook was registered (DDP does not list those)
         return False
     return True

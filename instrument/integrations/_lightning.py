@@ -32,6 +32,7 @@ from instrument._warn import warn_once
 from instrument.auto import FORWARD_UNSEEN, AutoHandle, auto
 from instrument.hooks import data as data_hooks
 from instrument.hooks import modules as module_hooks
+from instrument.hooks.collectives import hook_ddp
 from instrument.hooks.optim import _resumed
 from instrument.hooks.patches import put_on_instance
 from instrument.integrations.figures import LOG_MODES, figures
@@ -358,6 +359,8 @@ class Session:
             # route it to the inner optimizer's timed one
             undo.append(put_on_instance(wrapper, "zero_grad", outside(inner.zero_grad)))
             undo.append(put_on_instance(wrapper, "step", outside(wrapper.step)))
+        if self._auto["collectives"]:  # DDP wraps the LightningModule in the strategy
+            hook_ddp(getattr(strategy, "model", None))
         self._time_data(trainer)
 
     def _time_data(self, trainer: Any) -> None:

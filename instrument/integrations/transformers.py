@@ -33,6 +33,7 @@ from instrument._warn import warn_once
 from instrument.auto import AutoHandle, auto
 from instrument.hooks import data as data_hooks
 from instrument.hooks import patches
+from instrument.hooks.collectives import hook_ddp
 from instrument.integrations.figures import LOG_MODES, figures
 from instrument.regions.region import region_for
 from instrument.report import Report
@@ -150,6 +151,8 @@ class InstrumentCallback(TrainerCallback):
                 stacklevel=2,
             )
             self.handle = auto(model, optimizer, **options)
+        if self._options.get("collectives", True):  # the Trainer's DDP wraps model
+            hook_ddp(getattr(_calling_trainer(sys._getframe(1)), "model_wrapped", None))
         undo_evaluate = _time_evaluation(self._options.get("clock"))
         if train_dataloader is not None:
             undo_skipping = _time_skipping_loaders()
@@ -223,6 +226,21 @@ def _time_evaluation(clock: object = None) -> Callable[[], None]:
         return evaluate
 
     return patches.patch(Trainer, "evaluate", make)
+
+
+def _calling_trainer(frame: Any) -> Any:
+    """The ``Trainer`` whose method is on the stack above ``frame`` (the callback's event
+    caller), or None: callbacks get the model, not the DDP wrapper the Trainer trains."""
+    from transformers import Trainer
+
+    for _ in range(8):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, Trainer):
+            return owner
+        frame = frame.f_back
+    return None
 
 
 def _instrumented(trainer: Any) -> bool:
