@@ -389,6 +389,53 @@ def test_a_step_that_raises_closes_its_region_and_the_loop_goes_on(
         assert s.last_epoch == 4
 
 
+class ClippingSGD(torch.optim.SGD):
+    """A subclass whose ``step`` calls ``super().step()``: once any SGD exists, torch has
+    hooked ``SGD.step`` too, and runs the optimizer's step hooks twice per step."""
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.clamp_(-1.0, 1.0)
+        if self.defaults.get("fail"):
+            raise FloatingPointError("nan in the gradients")
+        return super().step(closure)
+
+
+def test_a_subclass_calling_super_step_is_one_step(sink: InMemory) -> None:
+    """Torch ran auto's hooks twice per step: every step counted twice (throughput
+    doubled), the outer region dropped and a warning about an unmatched exit."""
+    torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)  # SGD.step is hooked by torch
+    model = mlp()
+    opt = ClippingSGD(model.parameters(), lr=0.1)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(torch.randn(2, 8)).sum()
+        loss.backward()
+        return loss
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with instrument.auto(model, opt, every=None, sinks=[sink], collectives=False) as handle:
+            for _ in range(3):
+                model(torch.randn(2, 8)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+            opt.step(closure)  # the closure is timed once, below no optimizer
+            opt.defaults["fail"] = True
+            with pytest.raises(FloatingPointError):
+                opt.step()
+            assert instrument.current_path() == ""
+            report = handle.reporter.flush()
+    assert report.steps == 4
+    assert report["optimizer"].count == 5  # the one that raised counts, like any region
+    assert report["forward"].count == 4
+    assert not any(p.startswith("optimizer/") for p in report.paths())
+
+
 def test_zero_grad_is_timed_and_restored() -> None:
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

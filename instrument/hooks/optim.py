@@ -24,6 +24,7 @@ the last closure call: all of it for torch's optimizers, which call the closure 
 
 from __future__ import annotations
 
+import functools
 import types
 import weakref
 from collections.abc import Callable, Sequence
@@ -128,9 +129,12 @@ class OptimizerHooks:
                     "call remove() on the first handle before installing again"
                 )
             _tracked[opt] = self
-            self._undo.append(opt.register_step_pre_hook(self._pre).remove)
-            self._undo.append(opt.register_step_post_hook(self._post).remove)
-            self._undo.append(patches.put_on_instance(opt, "step", _guard(opt, self._raised)))
+            call = _Call()
+            self._undo.append(opt.register_step_pre_hook(functools.partial(self._pre, call)).remove)
+            self._undo.append(
+                opt.register_step_post_hook(functools.partial(self._post, call)).remove
+            )
+            self._undo.append(patches.put_on_instance(opt, "step", _guard(opt, call, self._raised)))
             timed_zero_grad = decorate(opt.zero_grad, zero_grad)
             self._undo.append(patches.put_on_instance(opt, "zero_grad", timed_zero_grad))
             self._undo.append(_forget(opt))
@@ -150,15 +154,21 @@ class OptimizerHooks:
         if optimizers:
             self._undo.append(patches.patch(torch.amp.GradScaler, "step", _make_scaler_step))
 
-    def _pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
+    def _pre(self, call: _Call, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if self._scaled:
             return None
         if tracing():  # a compiled step: this hook runs outside the graph (hooks.eager)
-            return outside(self._pre)(optimizer, args, kwargs)
+            return outside(self._pre)(call, optimizer, args, kwargs)
         region = self._region
-        if _get()[3] is region:  # a step that raised outside its guard: no post hook ran
-            abandon(region)
+        if _get()[3] is region:
+            if call.running and call.entered:
+                # torch runs the hooks again when a subclass's step() calls super().step():
+                # one region, one step (and its closure is timed already)
+                call.nested += 1
+                return None
+            abandon(region)  # a step that raised outside its guard: no post hook ran
         region.__enter__()
+        call.entered = True
         if not kwargs and len(args) < 2:  # step(): no closure
             return None
         # args are step()'s own: (optimizer, closure?, ...)
@@ -200,12 +210,15 @@ class OptimizerHooks:
 
         return timed_closure
 
-    def _post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _post(self, call: _Call, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._scaled:
             self._stepped = True
             return
         if tracing():
-            outside(self._post)(optimizer, args, kwargs)
+            outside(self._post)(call, optimizer, args, kwargs)
+            return
+        if call.nested:  # the hooks of a super().step() (see _pre)
+            call.nested -= 1
             return
         self._region.__exit__(None, None, None)
         if optimizer is self._ticker:
@@ -254,8 +267,23 @@ def _resumed(frame: Frame, spent: int, sync: bool) -> Frame:
     return (node, t0 + spent, parent, owner, event)
 
 
-def _guard(opt: torch.optim.Optimizer, raised: Callable[[BaseException], None]) -> types.MethodType:
-    """``opt.step`` that calls ``raised(error)`` when the step raises, then re-raises.
+class _Call:
+    """One optimizer's ``step()`` call, as its guard sees it: running, whether the pre hook
+    has opened the region in it, and how many nested runs of the hooks are open."""
+
+    __slots__ = ("entered", "nested", "running")
+
+    def __init__(self) -> None:
+        self.running = False
+        self.entered = False
+        self.nested = 0
+
+
+def _guard(
+    opt: torch.optim.Optimizer, call: _Call, raised: Callable[[BaseException], None]
+) -> types.MethodType:
+    """``opt.step`` that keeps ``call`` and calls ``raised(error)`` when the step raises,
+    then re-raises.
 
     It calls what ``opt.step`` was when guarded: the instance's own ``step`` if it had one
     (an LR scheduler's wrapper), else the class's, looked up at call time. A bound method,
@@ -263,13 +291,21 @@ def _guard(opt: torch.optim.Optimizer, raised: Callable[[BaseException], None]) 
     own = vars(opt).get("step")
 
     def step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        outermost = not call.running
+        if outermost:
+            call.running, call.entered, call.nested = True, False, 0
         try:
             if own is None:
                 return type(self).step(self, *args, **kwargs)
             return own(*args, **kwargs)
         except BaseException as error:
-            raised(error)
+            if outermost:
+                call.nested = 0
+                raised(error)
             raise
+        finally:
+            if outermost:
+                call.running = False
 
     if own is not None:  # what torch's LR scheduler marks its wrapper with, and the like
         step.__dict__.update(getattr(own, "__dict__", {}))
