@@ -579,6 +579,49 @@ def test_remove_takes_the_timing_off_copies_made_meanwhile(tmp_path: Any) -> Non
     assert not any(p.startswith("forward/forward") for p in paths)
 
 
+class Halved(nn.Module):
+    """A module with its own instance ``forward`` (a bound method, as wrappers put there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.forward = self.halved  # type: ignore[method-assign]
+
+    def halved(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) / 2
+
+
+def test_a_copy_gets_back_its_own_instance_forward_bound_to_itself() -> None:
+    """``remove()`` took the timed forward off a copy and left it the class's ``forward``,
+    not the instance ``forward`` the module had."""
+    model = nn.Sequential(Halved())
+    with instrument.auto(model, sinks=[], collectives=False):
+        twin = copy.deepcopy(model)
+    own = vars(twin[0])["forward"]
+    assert own.__func__ is Halved.halved and own.__self__ is twin[0]
+    with torch.no_grad():
+        twin[0].lin.weight.zero_()
+        twin[0].lin.bias.fill_(4.0)
+    assert torch.equal(twin(torch.ones(1, 4)), torch.full((1, 4), 2.0))
+
+
+def test_a_data_parallel_replica_runs_its_own_weights() -> None:
+    """``nn.DataParallel`` on several devices copies each module's ``__dict__`` into a
+    replica (``_replicate_for_data_parallel``): the timed ``forward``, bound to the
+    original, ran the original's weights (on another device: a device-mismatch error)."""
+    model = nn.Sequential(nn.Linear(4, 4), Halved())
+    with instrument.auto(nn.DataParallel(model), sinks=[], collectives=False):
+        replicas = [m._replicate_for_data_parallel() for m in model]
+        for replica in replicas:
+            lin = replica if isinstance(replica, nn.Linear) else replica.lin
+            lin.weight = nn.Parameter(torch.zeros(4, 4))
+            lin.bias = nn.Parameter(torch.full((4,), 4.0))
+        assert torch.equal(replicas[0](torch.ones(1, 4)), torch.full((1, 4), 4.0))
+        assert torch.equal(replicas[1](torch.ones(1, 4)), torch.full((1, 4), 2.0))
+        assert "forward" in vars(model[0])  # the original stays timed
+    assert "_replicate_for_data_parallel" not in vars(nn.Sequential)
+
+
 def test_auto_twice_on_one_model_raises_until_removed() -> None:
     model = mlp()
     first = instrument.auto(model, collectives=False)

@@ -198,9 +198,14 @@ class ModuleHooks:
         #: the functions put on modules (timed forwards, backward hooks), by id, and the
         #: copies of timed modules made since (``copy.deepcopy``: an EMA model)
         self._functions: dict[int, object] = {}
+        #: id of a timed forward's function -> the instance ``forward`` it replaced (or None)
+        self._replaced: dict[int, object] = {}
         self._copies: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self._restore.append(
             patches.patch(nn.Module, "__setstate__", _noting_copies, inert_when_left=True)
+        )
+        self._restore.append(
+            patches.patch(nn.Module, "_replicate_for_data_parallel", _untimed_replicas)
         )
         backward_regions: dict[str, Region] = {}  # qualname -> region, of backward-timed ones
         for target in targets:
@@ -239,6 +244,9 @@ class ModuleHooks:
             return timed_call(*args, **kwargs) if bound_own else timed_call(self, *args, **kwargs)
 
         self._own(forward, c_call)
+        for function in (forward, c_call):
+            if function is not None:
+                self._replaced[id(function)] = own
         traceable = types.MethodType(forward, module)
         fast = None
         if c_call is not None and not bound_own and untraced.c_hooks_allowed():
@@ -357,12 +365,25 @@ class ModuleHooks:
     def _untime_copy(self, copied: nn.Module) -> None:
         """Take this handle's timed ``forward`` and backward hooks off a copy of a module."""
         ours = self._functions
-        forward = vars(copied).get("forward")
-        if id(getattr(forward, "__func__", None)) in ours:
-            del vars(copied)["forward"]
+        self._untime_forward(copied)
         for hooks in (copied._backward_pre_hooks, copied._backward_hooks):
             for key in [k for k, hook in hooks.items() if id(hook) in ours]:
                 del hooks[key]
+
+    def _untime_forward(self, copied: nn.Module) -> None:
+        """Put back on a copy of a timed module the ``forward`` the module had before it was
+        timed (its own instance ``forward``, bound to the copy, or the class's)."""
+        forward = vars(copied).get("forward")
+        key = id(getattr(forward, "__func__", None))
+        if key not in self._functions:
+            return
+        own = self._replaced.get(key)
+        if own is None:
+            del vars(copied)["forward"]
+        elif isinstance(own, types.MethodType) and isinstance(own.__self__, nn.Module):
+            vars(copied)["forward"] = types.MethodType(own.__func__, copied)
+        else:
+            vars(copied)["forward"] = own
 
     def watch_compile(self) -> None:
         """Keep timing modules compiled after this point (see the module doc)."""
@@ -390,6 +411,27 @@ def _noting_copies(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return __setstate__
+
+
+def _untimed_replicas(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``nn.Module._replicate_for_data_parallel`` whose replica runs its own ``forward``
+    untimed. ``nn.DataParallel`` on several devices copies each module's ``__dict__`` into
+    a replica: the timed ``forward``, bound to the original module, ran the original's
+    weights on every device (a device-mismatch error, or the wrong weights). The replicas
+    run in DataParallel's threads, where their regions would have no parent: the wrapper's
+    own region times the whole parallel forward. (The backward hooks are shared by the
+    shallow copy and left alone.)"""
+
+    @functools.wraps(original)
+    def _replicate_for_data_parallel(self: nn.Module) -> nn.Module:
+        replica = original(self)
+        function = getattr(vars(replica).get("forward"), "__func__", None)
+        hooks = _owners.get(id(function))
+        if hooks is not None:
+            hooks._untime_forward(replica)
+        return replica  # type: ignore[no-any-return]
+
+    return _replicate_for_data_parallel
 
 
 def _optimized_call(original: Callable[..., Any]) -> Callable[..., Any]:
