@@ -598,7 +598,8 @@ def test_a_copy_gets_back_its_own_instance_forward_bound_to_itself() -> None:
     with instrument.auto(model, sinks=[], collectives=False):
         twin = copy.deepcopy(model)
     own = vars(twin[0])["forward"]
-    assert own.__func__ is Halved.halved and own.__self__ is twin[0]
+    assert own.__func__ is Halved.halved
+    assert own.__self__ is twin[0]
     with torch.no_grad():
         twin[0].lin.weight.zero_()
         twin[0].lin.bias.fill_(4.0)

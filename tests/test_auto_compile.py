@@ -262,3 +262,26 @@ def test_first_compilation_after_auto_leaves_no_warning_at_remove(tmp_path: Path
         timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_per_module_backward_hooks_come_off_a_module_compiled_after_auto() -> None:
+    """``backward="modules"`` puts full backward hooks on every module; Dynamo breaks the
+    graph at each ("Module-level backwards hooks require compiled autograd") and, at its
+    recompile limit, ran the model eagerly: compiling after auto lost the compilation."""
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sink = InMemory()
+    with instrument.auto(
+        model, opt, every=None, sinks=[sink], collectives=False, backward="modules"
+    ) as handle:
+        compiled = torch.compile(model, backend="eager")
+        with pytest.warns(RuntimeWarning, match=r"runs compiled, so its modules have no"):
+            lm_loss(compiled, batch(0)).backward()
+        opt.step()
+        graph_count, breaks, _ = graphs(compiled, batch(1))
+        lm_loss(compiled, batch(2)).backward()
+        opt.step()
+        report = handle.reporter.flush()
+    assert (graph_count, breaks) == (1, 0)
+    assert report["backward"].count == 2
+    assert not any(p.startswith("backward/") for p in report.paths())

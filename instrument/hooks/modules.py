@@ -191,6 +191,8 @@ class ModuleHooks:
         backward_anchor: Callable[[], PathNode] | None = None,
     ) -> None:
         self._handles: list[RemovableHandle] = []
+        #: module -> its backward hooks' handles (``backward="modules"``)
+        self._backward: dict[nn.Module, list[RemovableHandle]] = {}
         self._restore: list[Callable[[], None]] = []
         self._anchor = backward_anchor or (lambda: registry.steps_own("backward"))
         #: (module, its C forward, the Python twin) while the C one is in place
@@ -335,8 +337,32 @@ class ModuleHooks:
                 _set(top[2])
 
         self._own(enter, leave)
-        self._handles.append(module.register_full_backward_pre_hook(enter))
-        self._handles.append(module.register_full_backward_hook(leave))
+        handles = [
+            module.register_full_backward_pre_hook(enter),
+            module.register_full_backward_hook(leave),
+        ]
+        self._handles += handles
+        self._backward[module] = handles
+
+    def compiled(self, module: nn.Module) -> None:
+        """``module`` runs compiled: take the per-module backward hooks off it and the
+        modules below it. Dynamo breaks the graph at every module with backward hooks
+        ("require compiled autograd"), which fell back to eager at its recompile limit."""
+        if not self._backward:
+            return
+        dropped = False
+        for inner in module.modules():
+            for handle in self._backward.pop(inner, ()):
+                handle.remove()
+                dropped = True
+        if dropped:
+            warn_once(
+                "auto:backward-compiled",
+                f"instrument: {type(module).__name__} runs compiled, so its modules have no "
+                'backward="modules" lines (PyTorch breaks the graph at every module with '
+                "backward hooks); its backward is timed within 'backward'",
+                stacklevel=4,
+            )
 
     def _own(self, *functions: object) -> None:
         for function in functions:
@@ -348,6 +374,7 @@ class ModuleHooks:
         """Take every hook off and undo every in-place patch (idempotent); also from the
         copies of timed modules made meanwhile."""
         handles, self._handles = self._handles, []
+        self._backward = {}
         for handle in handles:
             handle.remove()
         restore, self._restore = self._restore, []
@@ -442,9 +469,12 @@ def _optimized_call(original: Callable[..., Any]) -> Callable[..., Any]:
     def __call__(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         untraced.make_traceable()
         inner = self._modules.get("_orig_mod")
-        found = None if inner is None or compiling() else _timed.get(inner)
+        if inner is None or compiling():
+            return original(self, *args, **kwargs)
+        found = _timed.get(inner)
         if found is None or _get()[3] is found[0]:
             return original(self, *args, **kwargs)
+        found[1].compiled(inner)
         with found[0]:
             return original(self, *args, **kwargs)
 
@@ -460,6 +490,7 @@ def _compile_in_place(original: Callable[..., Any]) -> Callable[..., Any]:
         result = original(self, *args, **kwargs)
         found = _timed.get(self)
         if found is not None:
+            found[1].compiled(self)
             found[1]._time_compiled_in_place(self, found[0])
         return result
 
