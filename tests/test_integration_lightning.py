@@ -348,6 +348,28 @@ def test_validation_clipping_and_scheduler_lines(clock: FakeClock, sink: InMemor
     assert_nothing_left(model)
 
 
+def test_checkpoint_saves_have_their_own_line(
+    clock: FakeClock, sink: InMemory, tmp_path: Path
+) -> None:
+    """``ModelCheckpoint`` writes through ``trainer.save_checkpoint``: one ``checkpoint``
+    region per save (it was in ``(other)``), in the interval after the step that saved."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    saving = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=8, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+        callbacks=[InstrumentCallback(every=4, sinks=[sink]), saving],
+    )  # fmt: skip
+    model = Module(clock)
+    trainer.fit(model, loader(clock, 8))
+    assert len(list(tmp_path.glob("*.ckpt"))) == 4
+    # saves after steps 2 | 4, 6 (the one after step 8 follows the last report)
+    assert [r["checkpoint"].count if "checkpoint" in r else 0 for r in sink.reports] == [1, 2]
+    assert "save_checkpoint" not in vars(trainer)
+    assert_nothing_left(model)
+
+
 @pytest.mark.parametrize("ending", ["max_epochs", "max_steps", "manual"])
 def test_what_follows_the_last_step_is_dropped_also_from_a_partial_interval(
     clock: FakeClock, sink: InMemory, ending: str

@@ -249,6 +249,11 @@ def test_the_trainer_saves_checkpoints_under_the_callback(tmp_path: Path) -> Non
     saved = torch.load(tmp_path / "checkpoint-4" / "scheduler.pt", weights_only=False)
     assert not any(callable(value) for value in saved.values())
     assert [r["lr_scheduler"].count for r in sink.reports] == [1, 2]  # (after the tick)
+    # the save after step 2 is in the second report (the one after step 4 follows the last)
+    assert ["checkpoint" in r for r in sink.reports] == [False, True]
+    saving = sink.reports[1]["checkpoint"]
+    assert saving.count == 1
+    assert saving.total > 0  # the files written: not in (other)
     assert_nothing_left(trainer)
 
 

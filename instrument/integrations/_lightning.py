@@ -350,6 +350,13 @@ class Session:
                 _timed(pl_module.lr_scheduler_step, scheduler),
             )
         )
+        if callable(getattr(trainer, "save_checkpoint", None)):  # ModelCheckpoint's writes
+            checkpoint = region_for("checkpoint", self._clock)
+            undo.append(
+                put_on_instance(
+                    trainer, "save_checkpoint", _timed(trainer.save_checkpoint, checkpoint)
+                )
+            )
         strategy = getattr(trainer, "strategy", None)
         for wrapper in getattr(strategy, "_lightning_optimizers", ()):
             inner = getattr(wrapper, "_optimizer", None)

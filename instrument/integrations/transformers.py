@@ -7,8 +7,9 @@ prepared train loader (``data``, and samples/tokens counted from its batches), a
 scheduler. ``model.zero_grad()``, gradient clipping, activation-checkpoint recomputation
 and collectives get their own lines; an evaluation during training (``eval_strategy``)
 is one ``evaluate`` region, with its forwards below it (``evaluate/forward/...``), never
-mixed into training's ``forward``. One report interval is ``every`` optimizer steps
-(gradient accumulation counted once per optimizer step), and each report's figures are
+mixed into training's ``forward``, and a checkpoint save one ``checkpoint`` region. One
+report interval is ``every`` optimizer steps (gradient accumulation counted once per
+optimizer step), and each report's figures are
 added to the Trainer's next ``logs`` (``on_log``), so its log history and every
 ``report_to`` backend receive them. Training end removes everything.
 
@@ -35,7 +36,7 @@ from instrument.hooks import data as data_hooks
 from instrument.hooks import patches
 from instrument.hooks.collectives import hook_ddp
 from instrument.integrations.figures import LOG_MODES, figures
-from instrument.regions.region import region_for
+from instrument.regions.region import Region, region_for
 from instrument.report import Report
 from instrument.sinks.console import Console
 
@@ -153,17 +154,17 @@ class InstrumentCallback(TrainerCallback):
             self.handle = auto(model, optimizer, **options)
         if self._options.get("collectives", True):  # the Trainer's DDP wraps model
             hook_ddp(getattr(_calling_trainer(sys._getframe(1)), "model_wrapped", None))
-        undo_evaluate = _time_evaluation(self._options.get("clock"))
+        undo_trainer = _time_trainer(self._options.get("clock"))
         if train_dataloader is not None:
             undo_skipping = _time_skipping_loaders()
 
             def undo_both() -> None:
                 undo_skipping()
-                undo_evaluate()
+                undo_trainer()
 
             self._undo = undo_both
         else:
-            self._undo = undo_evaluate
+            self._undo = undo_trainer
         if self.log != "none":
             _log_before_reporting_callbacks(self, sys._getframe(1))
 
@@ -200,20 +201,36 @@ class InstrumentCallback(TrainerCallback):
         self.reports = []
 
 
-def _time_evaluation(clock: object = None) -> Callable[[], None]:
-    """Time ``Trainer.evaluate`` as ``evaluate`` for a Trainer whose ``InstrumentCallback``
-    is installed (the class's method is patched while one is; others call straight
-    through): the evaluation's forwards, loader and metrics are below it, not in the
-    training lines. One region for ``evaluate()`` of several eval datasets (it calls
-    itself for each). Returns the undo."""
+def _time_trainer(clock: object = None) -> Callable[[], None]:
+    """Time ``Trainer.evaluate`` as ``evaluate`` and ``Trainer._save_checkpoint`` as
+    ``checkpoint`` for a Trainer whose ``InstrumentCallback`` is installed (the class's
+    methods are patched while one is; other Trainers call straight through): an
+    evaluation's forwards, loader and metrics, and a checkpoint's writes, are below their
+    region, not in training's lines or ``(other)``. One region for ``evaluate()`` of several
+    eval datasets (it calls itself for each). Returns the undo."""
     from transformers import Trainer
 
-    region = region_for("evaluate", clock)
+    undo = [
+        patches.patch(Trainer, name, _timed_method(region_for(region, clock)))
+        for name, region in (("evaluate", "evaluate"), ("_save_checkpoint", "checkpoint"))
+        if name in vars(Trainer)
+    ]
+
+    def undo_all() -> None:
+        for step in reversed(undo):
+            step()
+
+    return undo_all
+
+
+def _timed_method(region: Region) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``make`` for :func:`patches.patch`: the Trainer method timed as ``region`` on an
+    instrumented Trainer, once however it recurses."""
     running: set[int] = set()
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
-        def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
             if id(self) in running or not _instrumented(self):
                 return original(self, *args, **kwargs)
             running.add(id(self))
@@ -223,9 +240,9 @@ def _time_evaluation(clock: object = None) -> Callable[[], None]:
             finally:
                 running.discard(id(self))
 
-        return evaluate
+        return timed
 
-    return patches.patch(Trainer, "evaluate", make)
+    return make
 
 
 def _calling_trainer(frame: Any) -> Any:
