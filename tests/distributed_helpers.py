@@ -15,12 +15,16 @@ arguments and return value must pickle.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import socket
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable, Collection
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
@@ -104,6 +108,21 @@ def run_ranks(
     for rank in dead:
         answers.setdefault(rank, (True, None))
     return _values(answers, [proc.exitcode for proc in procs], timeout)
+
+
+#: What a launcher sets for its children; cleared for a launch from a test.
+LAUNCHER_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun(
+    script: Path, nprocs: int, *args: str, timeout: float = 170
+) -> subprocess.CompletedProcess[str]:
+    """``python -m torch.distributed.run`` of ``script`` on ``nprocs`` local ranks (gloo is
+    the script's to choose), on a free port, with no launcher variables inherited."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nprocs}"]
+    command += [f"--master-port={free_port()}", str(script), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _stop(procs: list[Any], deadline: float) -> None:

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch.distributed as dist
-from distributed_helpers import free_port, run_ranks
+from distributed_helpers import run_ranks, torchrun
 from net_bytes import moved, tcp_counters
 
 import instrument
@@ -293,14 +291,8 @@ def test_a_rank_that_ended_at_interpreter_exit_is_not_waited_for(tmp_path: Path)
     said nothing to the others."""
     script = tmp_path / "exiting_rank.py"
     script.write_text(EXITING_RANK)
-    launcher = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
-    env = {k: v for k, v in os.environ.items() if k not in launcher}
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), str(script)],
-        capture_output=True, text=True, timeout=100, env=env,
-    )  # fmt: skip
+    done = torchrun(script, 2, timeout=100)
     assert done.returncode == 0, done.stderr[-3000:]
     said = done.stdout + done.stderr
     assert "ranks [0] closed their reporter before it (rank 0 at step 4)" in said

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_helpers import free_port
+from distributed_helpers import torchrun
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -222,12 +222,7 @@ def test_ddp_training_shows_the_gradient_all_reduce(tmp_path: Path) -> None:
     Trainer trains: the gradient all-reduce was hidden in ``backward``."""
     script = tmp_path / "ddp_run.py"
     script.write_text(DDP_RUN.format(tests=str(Path(__file__).parent), out=str(tmp_path)))
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), str(script)],
-        capture_output=True, text=True, timeout=170, env=env,
-    )  # fmt: skip
+    done = torchrun(script, 2)
     assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):
         result = json.loads((tmp_path / f"rank{rank}.json").read_text())
