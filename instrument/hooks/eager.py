@@ -26,7 +26,9 @@ import torch
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Not None while Python frames are offered to Dynamo (inside a call of a compiled function).
-compile_callback: Callable[[], object] = torch._C._dynamo.eval_frame.get_eval_frame_callback
+compile_callback: Callable[[], object] = getattr(
+    torch._C._dynamo.eval_frame, "get_eval_frame_callback", lambda: None
+)
 
 
 def outside(func: F) -> F:
