@@ -154,7 +154,8 @@ class InstrumentCallback(TrainerCallback):
             self.handle = auto(model, optimizer, **options)
         if self._options.get("collectives", True):  # the Trainer's DDP wraps model
             hook_ddp(getattr(_calling_trainer(sys._getframe(1)), "model_wrapped", None))
-        undo_trainer = _time_trainer(self._options.get("clock"))
+        clock = self._options.get("clock")
+        undo_trainer = _time_trainer(None if clock == "auto" else clock)  # as auto() does
         if train_dataloader is not None:
             undo_skipping = _time_skipping_loaders()
 
