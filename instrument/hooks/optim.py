@@ -120,6 +120,8 @@ class OptimizerHooks:
         self._ticker = optimizers[-1] if optimizers else None
         self._scaled = False  # inside GradScaler.step: that wrapper times and ticks
         self._stepped = False
+        #: ``on_step`` and its version run outside Dynamo (made once, for a compiled step)
+        self._outside_step: tuple[Callable[[], object], Callable[[], object]] | None = None
         self._undo: list[Callable[[], None]] = []
         zero_grad = region_for("zero_grad", clock)
         for opt in optimizers:
@@ -225,7 +227,10 @@ class OptimizerHooks:
             if eager.compile_callback() is None:
                 self.on_step()
             else:  # run between graphs of a compiled step: keep Dynamo out of the flush
-                outside(self.on_step)()
+                kept = self._outside_step
+                if kept is None or kept[0] is not self.on_step:
+                    kept = self._outside_step = (self.on_step, outside(self.on_step))
+                kept[1]()
 
     def scaler_step(
         self, optimizer: torch.optim.Optimizer, call: Callable[..., Any], args: Any, kwargs: Any
