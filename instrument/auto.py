@@ -77,10 +77,12 @@ class ForwardCheck:
         tick: Callable[[], object],
         names: Iterable[str],
         done: Callable[[Callable[[], object]], None] = lambda tick: None,
+        model: nn.Module | None = None,
     ) -> None:
         self._tick = tick
         self._names = frozenset(names)
         self._done = done
+        self._model = None if model is None else weakref.ref(model)
         self._ticks = 0
         self._seen = False
 
@@ -97,15 +99,27 @@ class ForwardCheck:
             elif self._ticks >= 2:
                 self._seen = True
                 self._done(self._tick)
+                model = None if self._model is None else self._model()
+                if model is not None and module_hooks.compiled_over_timing(model):
+                    why = (
+                        "Its forward was replaced by torch.compile(model.forward) after auto(): "
+                        "the compiled function traces through instrument's timed forward. "
+                        "Compile the model itself instead (model.compile() or "
+                        "torch.compile(model), before or after auto)"
+                    )
+                else:
+                    why = (
+                        "The model is probably called inside a function compiled with "
+                        "torch.compile (torch.compile(train_step)), which instrument cannot "
+                        "see into: compile the model itself instead (torch.compile(model) or "
+                        "model.compile(), before or after auto), or pass auto() the module "
+                        "the loop really calls"
+                    )
                 warn_once(
                     FORWARD_UNSEEN,
                     "instrument.auto: the model's forward was not timed in the first "
-                    "optimizer steps, so it is in '(other)'. The model is probably called "
-                    "inside a function compiled with torch.compile (torch.compile(train_step)"
-                    "), which instrument cannot see into: compile the model itself instead "
-                    "(torch.compile(model) or model.compile(), before or after auto), or pass "
-                    "auto() the module the loop really calls",
-                    stacklevel=5,
+                    f"optimizer steps, so it is in '(other)'. {why}",
+                    stacklevel=6,  # the loop's optimizer.step(), through the step guard
                 )
         self._tick()
 
@@ -402,7 +416,7 @@ def _install(
             undo.append(meter.cancel)
             tick = meter.step
         hooks = optim_hooks.OptimizerHooks(optimizers, tick, clock=clock, wrappers=given)
-        check = ForwardCheck(tick, [t.name for t in targets], done=_hand_over(hooks))
+        check = ForwardCheck(tick, [t.name for t in targets], done=_hand_over(hooks), model=model)
         hooks.on_step = check.step
         handle._optimizer_hooks = hooks
         handle.reporter.ticked_by_optimizer = True

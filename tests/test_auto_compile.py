@@ -285,3 +285,34 @@ def test_per_module_backward_hooks_come_off_a_module_compiled_after_auto() -> No
     assert (graph_count, breaks) == (1, 0)
     assert report["backward"].count == 2
     assert not any(p.startswith("backward/") for p in report.paths())
+
+
+def test_a_forward_replaced_by_its_compiled_self_is_named_in_the_warning() -> None:
+    """``model.forward = torch.compile(model.forward)``: before auto it is timed (auto wraps
+    the compiled function); after auto Dynamo may trace through the timed forward (here,
+    once such a forward was compiled before), so nothing records — and the warning blamed
+    a compiled train_step instead of naming what happened."""
+    for replaced_after in (False, True):
+        torch._dynamo.reset()
+        model = TinyLM()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        if not replaced_after:
+            model.forward = torch.compile(model.forward, backend="eager")  # type: ignore[method-assign]
+        with (
+            instrument.auto(model, opt, every=None, sinks=[], collectives=False) as handle,
+            warnings.catch_warnings(record=True) as seen,
+        ):
+            warnings.simplefilter("always")
+            if replaced_after:
+                model.forward = torch.compile(model.forward, backend="eager")  # type: ignore[method-assign]
+            for i in range(3):
+                lm_loss(model, batch(i)).backward()
+                opt.step()
+                opt.zero_grad()
+            timed = "forward" in handle.reporter.flush()
+        named = [w for w in seen if "replaced by torch.compile(model.forward)" in str(w.message)]
+        if not replaced_after:
+            assert timed
+        assert bool(named) is not timed  # whenever it records nothing, it says why
+        if named:
+            assert named[0].filename == __file__  # at the loop's opt.step()

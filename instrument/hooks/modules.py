@@ -440,6 +440,14 @@ def _noting_copies(original: Callable[..., Any]) -> Callable[..., Any]:
     return __setstate__
 
 
+def compiled_over_timing(module: nn.Module) -> bool:
+    """Whether ``module``'s instance ``forward`` is a function ``torch.compile`` made of
+    instrument's timed forward (``model.forward = torch.compile(model.forward)`` after
+    ``auto``): Dynamo traces through the timing, so the call records nothing."""
+    inner = getattr(vars(module).get("forward"), "_torchdynamo_orig_callable", None)
+    return id(getattr(inner, "__func__", None)) in _owners
+
+
 def _untimed_replicas(original: Callable[..., Any]) -> Callable[..., Any]:
     """``nn.Module._replicate_for_data_parallel`` whose replica runs its own ``forward``
     untimed. ``nn.DataParallel`` on several devices copies each module's ``__dict__`` into
