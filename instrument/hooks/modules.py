@@ -200,8 +200,9 @@ class ModuleHooks:
         #: the functions put on modules (timed forwards, backward hooks), by id, and the
         #: copies of timed modules made since (``copy.deepcopy``: an EMA model)
         self._functions: dict[int, object] = {}
-        #: id of a timed forward's function -> the instance ``forward`` it replaced (or None)
-        self._replaced: dict[int, object] = {}
+        #: id of a timed forward's function -> (its module, the instance ``forward`` it
+        #: replaced or None)
+        self._replaced: dict[int, tuple[nn.Module, object]] = {}
         self._copies: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self._restore.append(
             patches.patch(nn.Module, "__setstate__", _noting_copies, inert_when_left=True)
@@ -248,7 +249,7 @@ class ModuleHooks:
         self._own(forward, c_call)
         for function in (forward, c_call):
             if function is not None:
-                self._replaced[id(function)] = own
+                self._replaced[id(function)] = (module, own)
         traceable = types.MethodType(forward, module)
         fast = None
         if c_call is not None and not bound_own and untraced.c_hooks_allowed():
@@ -388,6 +389,7 @@ class ModuleHooks:
         for key in self._functions:
             if _owners.get(key) is self:
                 del _owners[key]
+        self._replaced = {}
 
     def _untime_copy(self, copied: nn.Module) -> None:
         """Take this handle's timed ``forward`` and backward hooks off a copy of a module."""
@@ -404,10 +406,10 @@ class ModuleHooks:
         key = id(getattr(forward, "__func__", None))
         if key not in self._functions:
             return
-        own = self._replaced.get(key)
+        module, own = self._replaced[key]
         if own is None:
             del vars(copied)["forward"]
-        elif isinstance(own, types.MethodType) and isinstance(own.__self__, nn.Module):
+        elif isinstance(own, types.MethodType) and own.__self__ is module:  # its own method
             vars(copied)["forward"] = types.MethodType(own.__func__, copied)
         else:
             vars(copied)["forward"] = own
