@@ -26,6 +26,8 @@ pytest.importorskip("megatron.core.timers")
 
 NAMES = ("fwd", "bwd", "optim")
 OPTIONS = ("max", "minmax", "all")
+KINDS = ("start", "stop", "stop", "elapsed", "active_time", "reset", "advance", "advance", "log")
+KINDS += ("string",)
 
 
 def sequence(seed: int) -> list[tuple[Any, ...]]:
@@ -35,10 +37,7 @@ def sequence(seed: int) -> list[tuple[Any, ...]]:
     ops: list[tuple[Any, ...]] = []
     for _ in range(rng.randint(1, 25)):
         name = rng.choice(NAMES)
-        kind = rng.choice(
-            ("start", "stop", "stop", "elapsed", "active_time", "reset", "advance", "advance")
-            + ("log", "string")
-        )
+        kind = rng.choice(KINDS)
         if kind == "advance":
             ops.append(("advance", rng.randint(0, 300)))
         elif kind in ("log", "string"):
@@ -85,8 +84,9 @@ def _run(make: Any, ops: list[tuple[Any, ...]], clock: Any, rank: int) -> list[A
                     result = (
                         timer.elapsed(reset=op[3]) if kind == "elapsed" else getattr(timer, kind)()
                     )
-            except Exception as error:  # noqa: BLE001 - compared, not handled
-                result = f"raised {'AssertionError' if isinstance(error, AssertionError) else 'Exception'}"
+            except Exception as error:  # compared, not handled
+                kind_of = "AssertionError" if isinstance(error, AssertionError) else "Exception"
+                result = f"raised {kind_of}"
             if isinstance(result, float):
                 result = float(f"{result:.9g}")  # Megatron subtracts float epoch seconds
             out.append((op, result, list(lines.lines)))
