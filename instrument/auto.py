@@ -433,7 +433,8 @@ def _install(
 
         undo.append(collective_hooks.install())
         collective_hooks.anchor = backward_hooks.anchor
-        collective_hooks.hook_ddp(model)
+        if not collective_hooks.hook_ddp(model):  # a DDP made around the model, maybe
+            undo.append(collective_hooks.hook_enclosing_ddp(model))
     undo.append(
         hook_cost.count(targets, backward, optimizers, lr_scheduler, dataloader, collectives)
     )

@@ -143,3 +143,30 @@ def test_a_compiled_ddp_model_keeps_its_gradient_all_reduce_line() -> None:
         grads = report["backward/ddp_all_reduce"]
         assert grads.count >= 2
         assert grads.bytes == 2 * 4 * sum(p.numel() for p in TinyLM().parameters())
+
+
+def inner_model_worker(rank: int, world_size: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = TinyLM()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    with instrument.auto(model, opt, every=None, sinks=[]) as handle:  # the inner model
+        gen = torch.Generator().manual_seed(100 + rank)
+        for _ in range(2):
+            lm_loss(ddp, torch.randint(0, 64, (4, 12), generator=gen)).backward()
+            opt.step()
+            opt.zero_grad()
+        report = handle.reporter.flush().to_dict()
+    return {"report": report, "pre_hooks": len(model._forward_pre_hooks)}
+
+
+@pytest.mark.timeout(150)
+def test_auto_on_the_model_a_ddp_holds_finds_that_ddp() -> None:
+    """``ddp = DDP(model)``, ``auto(model)``, training through ``ddp``: the comm hook went
+    only on a DDP given to auto, so the gradient all-reduce hid in ``backward``."""
+    for result in run_ranks(inner_model_worker, 2, timeout=120):
+        report = instrument.Report.from_dict(result["report"])
+        assert report["forward"].count == 2
+        grads = report["backward/ddp_all_reduce"]
+        assert grads.bytes == 2 * 4 * sum(p.numel() for p in TinyLM().parameters())
+        assert result["pre_hooks"] == 0  # the look-up hook took itself off

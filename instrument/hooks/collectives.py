@@ -437,3 +437,25 @@ def hook_ddp(model: object) -> bool:
     except RuntimeError:  # a built-in hook was registered (DDP does not list those)
         return False
     return True
+
+
+def hook_enclosing_ddp(model: nn.Module) -> Callable[[], None]:
+    """:func:`hook_ddp` on the ``DistributedDataParallel`` that turns out to run ``model``
+    (``ddp = DDP(model)`` with ``model`` given to ``auto``): a forward pre-hook on ``model``
+    looks, at its first call, at the DDP whose forward is running (DDP marks it while it
+    calls the module it holds) and takes itself off. No process group, no hook. Returns
+    the undo (takes the pre-hook off if it never ran)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return lambda: None
+    from torch.nn.parallel import DistributedDataParallel
+
+    def first_forward(module: nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
+        handle.remove()
+        active = getattr(DistributedDataParallel, "_active_ddp_module", None)
+        if active is not None and held_module(active) is module:
+            hook_ddp(active)
+
+    handle = model.register_forward_pre_hook(first_forward)
+    return handle.remove
