@@ -38,7 +38,7 @@ import wrapt
 from torch import nn
 
 from instrument import registry
-from instrument.hooks.modules import held_module
+from instrument.hooks.modules import held_chain
 from instrument.hooks.patches import patch
 from instrument.regions.frames import _get
 from instrument.regions.region import check_name
@@ -425,15 +425,12 @@ def hook_ddp(model: object) -> bool:
         return False
     from torch.nn.parallel import DistributedDataParallel
 
-    current = model
-    for _ in range(4):  # compile(DDP(model)) and the like
-        if isinstance(current, DistributedDataParallel) or not isinstance(current, nn.Module):
-            break
-        current = held_module(current)
-    if not isinstance(current, DistributedDataParallel) or getattr(current, "_comm_hooks", None):
+    chain = held_chain(model) if isinstance(model, nn.Module) else []
+    ddp = next((m for m in chain if isinstance(m, DistributedDataParallel)), None)
+    if ddp is None or getattr(ddp, "_comm_hooks", None):
         return False
     try:
-        current.register_comm_hook(current.process_group, timed_comm_hook())
+        ddp.register_comm_hook(ddp.process_group, timed_comm_hook())
     except RuntimeError:  # a built-in hook was registered (DDP does not list those)
         return False
     return True
@@ -454,7 +451,7 @@ def hook_enclosing_ddp(model: nn.Module) -> Callable[[], None]:
             return
         handle.remove()
         active = getattr(DistributedDataParallel, "_active_ddp_module", None)
-        if active is not None and held_module(active) is module:
+        if active is not None and any(held is module for held in held_chain(active)):
             hook_ddp(active)
 
     handle = model.register_forward_pre_hook(first_forward)

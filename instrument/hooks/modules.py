@@ -80,6 +80,22 @@ def held_module(module: nn.Module) -> nn.Module | None:
     return None
 
 
+#: Wrappers of wrappers followed at most (Fabric's module around DDP around compile(yours)).
+MAX_WRAPPERS = 5
+
+
+def held_chain(module: nn.Module) -> list[nn.Module]:
+    """``module`` and the modules its transparent wrappers hold, outermost first
+    (``[compiled, ddp, model]`` for ``torch.compile(DDP(model))``)."""
+    chain = [module]
+    for _ in range(MAX_WRAPPERS):
+        inner = held_module(chain[-1])
+        if inner is None:
+            break
+        chain.append(inner)
+    return chain
+
+
 def is_compiled(module: nn.Module) -> bool:
     """``torch.compile(module)`` (an OptimizedModule) or ``module.compile()`` in place."""
     if getattr(module, "_compiled_call_impl", None) is not None:
@@ -146,16 +162,9 @@ def plan(
     def visit(
         module: nn.Module, qual: str, rel: str, level: int, included: bool
     ) -> Iterator[Target]:
-        inner = held_module(module)
-        for _ in range(4):  # wrappers of wrappers: Fabric's module around DDP around yours
-            if inner is None or (deeper := held_module(inner)) is None:
-                break
-            seen.add(id(inner))
-            inner = deeper
-        children = inner.named_children() if inner is not None else module.named_children()
-        if inner is not None:
-            seen.add(id(inner))
-        for attr, child in children:
+        chain = held_chain(module)  # the wrapped module's children, past every wrapper
+        seen.update(id(held) for held in chain[1:])
+        for attr, child in chain[-1].named_children():
             if child is None or id(child) in seen or isinstance(child, torch.jit.ScriptModule):
                 continue  # a TorchScript child runs no Python hooks: part of its parent
             seen.add(id(child))
@@ -190,9 +199,10 @@ class ModuleHooks:
         backward_modules: bool = False,
         backward_anchor: Callable[[], PathNode] | None = None,
     ) -> None:
-        self._handles: list[RemovableHandle] = []
         #: module -> its backward hooks' handles (``backward="modules"``)
         self._backward: dict[nn.Module, list[RemovableHandle]] = {}
+        #: modules seen running compiled (their backward hooks are off)
+        self._compiled: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self._restore: list[Callable[[], None]] = []
         self._anchor = backward_anchor or (lambda: registry.steps_own("backward"))
         #: (module, its C forward, the Python twin) while the C one is in place
@@ -338,19 +348,19 @@ class ModuleHooks:
                 _set(top[2])
 
         self._own(enter, leave)
-        handles = [
+        self._backward[module] = [
             module.register_full_backward_pre_hook(enter),
             module.register_full_backward_hook(leave),
         ]
-        self._handles += handles
-        self._backward[module] = handles
 
     def compiled(self, module: nn.Module) -> None:
         """``module`` runs compiled: take the per-module backward hooks off it and the
         modules below it. Dynamo breaks the graph at every module with backward hooks
-        ("require compiled autograd"), which fell back to eager at its recompile limit."""
-        if not self._backward:
+        ("require compiled autograd"), which fell back to eager at its recompile limit.
+        Called at every compiled call: the module tree is walked once per module."""
+        if not self._backward or module in self._compiled:
             return
+        self._compiled.add(module)
         dropped = False
         for inner in module.modules():
             for handle in self._backward.pop(inner, ()):
@@ -374,10 +384,10 @@ class ModuleHooks:
     def remove(self) -> None:
         """Take every hook off and undo every in-place patch (idempotent); also from the
         copies of timed modules made meanwhile."""
-        handles, self._handles = self._handles, []
-        self._backward = {}
-        for handle in handles:
-            handle.remove()
+        backward, self._backward = self._backward, {}
+        for handles in backward.values():
+            for handle in handles:
+                handle.remove()
         restore, self._restore = self._restore, []
         for undo in reversed(restore):
             undo()
@@ -403,10 +413,9 @@ class ModuleHooks:
         """Put back on a copy of a timed module the ``forward`` the module had before it was
         timed (its own instance ``forward``, bound to the copy, or the class's)."""
         forward = vars(copied).get("forward")
-        key = id(getattr(forward, "__func__", None))
-        if key not in self._functions:
+        if _owner_of(forward) is not self:
             return
-        module, own = self._replaced[key]
+        module, own = self._replaced[id(getattr(forward, "__func__", None))]
         if own is None:
             del vars(copied)["forward"]
         elif isinstance(own, types.MethodType) and own.__self__ is module:  # its own method
@@ -426,6 +435,11 @@ class ModuleHooks:
 _owners: dict[int, ModuleHooks] = {}
 
 
+def _owner_of(forward: object) -> ModuleHooks | None:
+    """The hooks whose timed ``forward`` this (bound) method is, if any."""
+    return _owners.get(id(getattr(forward, "__func__", None)))
+
+
 def _noting_copies(original: Callable[..., Any]) -> Callable[..., Any]:
     """``nn.Module.__setstate__`` (run by ``copy.deepcopy`` and unpickling) that notes a
     copy of a timed module, so that ``remove()`` takes the timing off the copy too."""
@@ -434,7 +448,7 @@ def _noting_copies(original: Callable[..., Any]) -> Callable[..., Any]:
     def __setstate__(self: nn.Module, state: Any) -> Any:
         result = original(self, state)
         forward = vars(self).get("forward")
-        hooks = _owners.get(id(getattr(forward, "__func__", None)))
+        hooks = _owner_of(forward)
         if hooks is not None and getattr(forward, "__self__", None) is self:
             hooks._copies.add(self)
         return result
@@ -447,7 +461,7 @@ def compiled_over_timing(module: nn.Module) -> bool:
     instrument's timed forward (``model.forward = torch.compile(model.forward)`` after
     ``auto``): Dynamo traces through the timing, so the call records nothing."""
     inner = getattr(vars(module).get("forward"), "_torchdynamo_orig_callable", None)
-    return id(getattr(inner, "__func__", None)) in _owners
+    return _owner_of(inner) is not None
 
 
 def _untimed_replicas(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -462,8 +476,7 @@ def _untimed_replicas(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _replicate_for_data_parallel(self: nn.Module) -> nn.Module:
         replica = original(self)
-        function = getattr(vars(replica).get("forward"), "__func__", None)
-        hooks = _owners.get(id(function))
+        hooks = _owner_of(vars(replica).get("forward"))
         if hooks is not None:
             hooks._untime_forward(replica)
         return replica  # type: ignore[no-any-return]

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from instrument.hooks import patches
-from instrument.hooks.modules import held_module
+from instrument.hooks.modules import held_chain
 from instrument.regions.decorators import decorate
 from instrument.regions.region import Region, region_for
 
@@ -44,14 +44,10 @@ def time_clipping(clock: object = None) -> Callable[[], None]:
 
 def _model_of(module: nn.Module) -> Region | None:
     """The zero_grad region of the instrumented model ``module`` is or wraps, if any."""
-    current: nn.Module | None = module
-    for _ in range(4):  # DDP(compile(model)) and the like
-        if current is None:
-            return None
+    for current in held_chain(module):  # DDP(compile(model)) and the like
         found = _zeroed.get(current)
         if found is not None:
             return found
-        current = held_module(current)
     return None
 
 

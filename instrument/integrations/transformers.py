@@ -96,7 +96,7 @@ class InstrumentCallback(TrainerCallback):
         self._sinks = None if sinks is None else list(sinks)
         self._options = auto_options
         self.handle: AutoHandle | None = None
-        self._undo: Callable[[], None] | None = None  # what the integration patched
+        self._undo: list[Callable[[], None]] = []  # what the integration patched
         self.reports: list[Report] = []  # reports not yet logged
         self.last: Report | None = None
 
@@ -155,17 +155,9 @@ class InstrumentCallback(TrainerCallback):
         if self._options.get("collectives", True):  # the Trainer's DDP wraps model
             hook_ddp(getattr(_calling_trainer(sys._getframe(1)), "model_wrapped", None))
         clock = self._options.get("clock")
-        undo_trainer = _time_trainer(None if clock == "auto" else clock)  # as auto() does
+        self._undo = _time_trainer(None if clock == "auto" else clock)  # as auto() does
         if train_dataloader is not None:
-            undo_skipping = _time_skipping_loaders()
-
-            def undo_both() -> None:
-                undo_skipping()
-                undo_trainer()
-
-            self._undo = undo_both
-        else:
-            self._undo = undo_trainer
+            self._undo.append(_time_skipping_loaders())
         if self.log != "none":
             _log_before_reporting_callbacks(self, sys._getframe(1))
 
@@ -193,35 +185,29 @@ class InstrumentCallback(TrainerCallback):
         """Remove every hook and patch now (idempotent). ``train()`` does it at its end, but
         a ``train()`` that raised never gets there (the Trainer has no exception event): call
         this after catching its exception. The next ``train()`` also starts with it."""
-        undo, self._undo = self._undo, None
-        if undo is not None:
-            undo()
+        undo, self._undo = self._undo, []
+        for step in reversed(undo):
+            step()
         handle, self.handle = self.handle, None
         if handle is not None:
             handle.remove()
         self.reports = []
 
 
-def _time_trainer(clock: object = None) -> Callable[[], None]:
+def _time_trainer(clock: object = None) -> list[Callable[[], None]]:
     """Time ``Trainer.evaluate`` as ``evaluate`` and ``Trainer._save_checkpoint`` as
     ``checkpoint`` for a Trainer whose ``InstrumentCallback`` is installed (the class's
     methods are patched while one is; other Trainers call straight through): an
     evaluation's forwards, loader and metrics, and a checkpoint's writes, are below their
     region, not in training's lines or ``(other)``. One region for ``evaluate()`` of several
-    eval datasets (it calls itself for each). Returns the undo."""
+    eval datasets (it calls itself for each). Returns the undos."""
     from transformers import Trainer
 
-    undo = [
+    return [
         patches.patch(Trainer, name, _timed_method(region_for(region, clock)))
         for name, region in (("evaluate", "evaluate"), ("_save_checkpoint", "checkpoint"))
         if name in vars(Trainer)
     ]
-
-    def undo_all() -> None:
-        for step in reversed(undo):
-            step()
-
-    return undo_all
 
 
 def _timed_method(region: Region) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
