@@ -47,11 +47,12 @@ def _entry(
     port: int,
     args: tuple[Any, ...],
     results: Any,
+    backend: str = "gloo",
 ) -> None:
     """One rank: join the group, run ``fn``, send back ``(rank, ok, value or traceback)``."""
     try:
         dist.init_process_group(
-            "gloo",
+            backend,
             init_method=f"tcp://127.0.0.1:{port}",
             rank=rank,
             world_size=world_size,
@@ -72,9 +73,10 @@ def run_ranks(
     *args: Any,
     timeout: float = 90.0,
     dead: Collection[int] = (),
+    backend: str = "gloo",
 ) -> list[Any]:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned processes in one gloo
-    group and return each rank's return value, in rank order.
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned processes in one group
+    (gloo, or ``backend``) and return each rank's return value, in rank order.
 
     Raises ``RuntimeError`` with the failing ranks' tracebacks, or naming the ranks that did
     not answer within ``timeout`` seconds (those are killed). Ranks in ``dead`` are expected
@@ -84,7 +86,11 @@ def run_ranks(
     results = ctx.Queue()
     port = free_port()
     procs = [
-        ctx.Process(target=_entry, args=(fn, rank, world_size, port, args, results), daemon=True)
+        ctx.Process(
+            target=_entry,
+            args=(fn, rank, world_size, port, args, results, backend),
+            daemon=True,
+        )
         for rank in range(world_size)
     ]
     for proc in procs:
