@@ -204,10 +204,13 @@ def test_a_compiled_optimizer_step_is_timed_and_ends_the_iteration() -> None:
     assert sink.reports[1]["optimizer"].total > 0
 
 
-def test_a_compiled_train_step_times_backward_and_the_optimizer() -> None:
+@pytest.mark.parametrize("inlined", [False, True], ids=["loss.backward", "autograd.backward"])
+def test_a_compiled_train_step_times_backward_and_the_optimizer(inlined: bool) -> None:
     """``loss.backward()`` inside a compiled function runs between its graphs: Dynamo
     compiled the backward wrapper itself (and warned it cannot trace instrument's C call),
-    so ``backward`` went missing."""
+    so ``backward`` went missing. ``torch.autograd.backward(loss)`` there (and, on torch
+    2.11, ``loss.backward()``) is inlined by Dynamo instead: the wrapper must break the
+    graph itself, before its C call."""
     torch._dynamo.reset()
     model = TinyLM()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -215,7 +218,11 @@ def test_a_compiled_train_step_times_backward_and_the_optimizer() -> None:
 
     @torch.compile(backend="eager")
     def train_step(x: torch.Tensor) -> None:
-        lm_loss(model, x).backward()
+        loss = lm_loss(model, x)
+        if inlined:
+            torch.autograd.backward(loss)
+        else:
+            loss.backward()
         opt.step()
         opt.zero_grad()
 

@@ -97,7 +97,10 @@ def test_a_model_compiled_after_auto_is_timed_on_the_device() -> None:
 
 
 def _ddp_on_nccl(rank: int, world_size: int) -> dict[str, Any]:
-    """One NCCL rank: DDP's all-reduce under ``backward`` and the cross-rank gather."""
+    """One NCCL rank: DDP's all-reduce under ``backward``, a collective on the device clock,
+    and the cross-rank gather's NCCL exchange (one GPU: a group of one)."""
+    from instrument.distributed.gather import gather_totals
+
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(TinyLM().cuda(), device_ids=[0])
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
@@ -115,17 +118,20 @@ def _ddp_on_nccl(rank: int, world_size: int) -> dict[str, Any]:
         "steps": [r.steps for r in sink.reports],
         "paths": report.paths(),
         "reduce_device": None if reduce.device is None else reduce.device.total,
-        "ranks": (report.ranks, report.group_size),
+        "all_reduce_clock": report["all_reduce"].clock,
+        "ranks": (report.ranks, report.world_size),
+        "gathered": gather_totals([1.5, None, 2.0]),
     }
 
 
 def test_ddp_on_nccl_times_the_gradient_all_reduce_and_gathers() -> None:
     (seen,) = run_ranks(_ddp_on_nccl, 1, backend="nccl", timeout=240)
     assert seen["steps"] == [2, 2]
-    assert "all_reduce" in seen["paths"]
     assert seen["reduce_device"] is not None
     assert seen["reduce_device"] > 0
-    assert seen["ranks"] == ("minmax", 1)
+    assert seen["all_reduce_clock"] == "cuda"
+    assert seen["ranks"] == ("local", 1)  # a group of one is not combined
+    assert seen["gathered"] == [[1.5, None, 2.0]]  # through a CUDA tensor on NCCL
 
 
 def test_hf_trainer_on_the_gpu_reports_device_time() -> None:

@@ -11,7 +11,7 @@ import torch
 
 from instrument import registry
 from instrument.hooks import patches
-from instrument.hooks.eager import never_compiled
+from instrument.hooks.eager import never_compiled, outside
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import _get
 from instrument.regions.region import region_for
@@ -50,14 +50,17 @@ def install(clock: object = None) -> Callable[[], None]:
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
             global _parent
+            if tracing():  # inlined by Dynamo (torch.autograd.backward(loss) in a compiled
+                return eager(*args, **kwargs)  # function): the graph breaks here, cleanly
             top = _get()
             # a backward inside backward (a reentrant checkpoint's, which may run below a
             # module's backward region with backward="modules"): one region
-            if top[3] is region or tracing() or _graph_task() != -1:
+            if top[3] is region or _graph_task() != -1:
                 return original(*args, **kwargs)
             _parent = top[0]
             return timed(*args, **kwargs)
 
+        eager = outside(backward)
         return backward
 
     return patches.patch(torch.autograd, "backward", make)

@@ -122,6 +122,10 @@ class OptimizerHooks:
         self._stepped = False
         #: ``on_step`` and its version run outside Dynamo (made once, for a compiled step)
         self._outside_step: tuple[Callable[[], object], Callable[[], object]] | None = None
+        # the hooks' versions for a traced step, made here: a torch.compiler.disable() call
+        # met while tracing is itself a graph break on torch 2.11, inside the hook
+        self._pre_outside = outside(self._pre)
+        self._post_outside = outside(self._post)
         self._undo: list[Callable[[], None]] = []
         zero_grad = region_for("zero_grad", clock)
         for opt in optimizers:
@@ -160,7 +164,7 @@ class OptimizerHooks:
         if self._scaled:
             return None
         if tracing():  # a compiled step: this hook runs outside the graph (hooks.eager)
-            return outside(self._pre)(call, optimizer, args, kwargs)
+            return self._pre_outside(call, optimizer, args, kwargs)
         region = self._region
         if _get()[3] is region:
             if call.running and call.entered:
@@ -217,7 +221,7 @@ class OptimizerHooks:
             self._stepped = True
             return
         if tracing():
-            outside(self._post)(call, optimizer, args, kwargs)
+            self._post_outside(call, optimizer, args, kwargs)
             return
         if call.nested:  # the hooks of a super().step() (see _pre)
             call.nested -= 1
