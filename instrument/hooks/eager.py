@@ -31,11 +31,6 @@ compile_callback: Callable[[], object] = getattr(
 )
 
 
-def outside(func: F) -> F:
-    """``func``, and everything it calls, run as Python even from compiled code."""
-    return torch.compiler.disable(func, recursive=True)  # type: ignore[no-untyped-call,no-any-return]
-
-
 def never_compiled(func: F) -> F:
     """Mark ``func``'s code so that Dynamo runs its frames as Python instead of compiling
     them (what it calls is still offered to Dynamo); returns ``func`` unchanged."""
@@ -45,3 +40,9 @@ def never_compiled(func: F) -> F:
         return func
     skip_code(func.__code__)
     return func
+
+
+@never_compiled  # called between graphs (a hook's first flush): no compile attempt
+def outside(func: F) -> F:
+    """``func``, and everything it calls, run as Python even from compiled code."""
+    return torch.compiler.disable(func, recursive=True)  # type: ignore[no-untyped-call,no-any-return]
