@@ -47,6 +47,14 @@ def test_every_exit_delivers_the_last_interval(how: str, status: int) -> None:
     assert "3 steps" in done.stdout
 
 
+def test_importing_instrument_leaves_dynamo_unimported() -> None:
+    """Importing Dynamo costs ~0.8 s and changes how an uncaught KeyboardInterrupt ends
+    the process (status 1, not SIGINT; the SIGINT case above): only auto() may do it."""
+    code = "import sys, instrument; print('torch._dynamo' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr
+
+
 FORK_STRESS = """
 import os, sys, threading, time
 import instrument

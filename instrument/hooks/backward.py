@@ -11,7 +11,7 @@ import torch
 
 from instrument import registry
 from instrument.hooks import patches
-from instrument.hooks.eager import never_compiled, outside
+from instrument.hooks.eager import Outside
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import _get
 from instrument.regions.region import region_for
@@ -46,12 +46,11 @@ def install(clock: object = None) -> Callable[[], None]:
         if timed is None:
             timed = in_region(original, region)
 
-        @never_compiled  # backward() called between the graphs of a compiled function
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
             global _parent
-            if tracing():  # inlined by Dynamo (torch.autograd.backward(loss) in a compiled
-                return eager(*args, **kwargs)  # function): the graph breaks here, cleanly
+            if tracing():  # in a compiled function, inlined or between its graphs: the
+                return eager(*args, **kwargs)  # graph breaks here, before our C calls
             top = _get()
             # a backward inside backward (a reentrant checkpoint's, which may run below a
             # module's backward region with backward="modules"): one region
@@ -60,7 +59,7 @@ def install(clock: object = None) -> Callable[[], None]:
             _parent = top[0]
             return timed(*args, **kwargs)
 
-        eager = outside(backward)
+        eager = Outside(backward)
         return backward
 
     return patches.patch(torch.autograd, "backward", make)

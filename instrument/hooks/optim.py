@@ -35,7 +35,7 @@ import wrapt
 
 from instrument import clocks, observe
 from instrument.hooks import eager, patches
-from instrument.hooks.eager import outside
+from instrument.hooks.eager import Outside
 from instrument.regions.decorators import decorate
 from instrument.regions.frames import Frame, _close, _get, _set, abandon
 from instrument.regions.region import region_for
@@ -120,12 +120,11 @@ class OptimizerHooks:
         self._ticker = optimizers[-1] if optimizers else None
         self._scaled = False  # inside GradScaler.step: that wrapper times and ticks
         self._stepped = False
-        #: ``on_step`` and its version run outside Dynamo (made once, for a compiled step)
-        self._outside_step: tuple[Callable[[], object], Callable[[], object]] | None = None
-        # the hooks' versions for a traced step, made here: a torch.compiler.disable() call
-        # met while tracing is itself a graph break on torch 2.11, inside the hook
-        self._pre_outside = outside(self._pre)
-        self._post_outside = outside(self._post)
+        # the versions run outside Dynamo: the hooks' for a traced step, the tick's for a
+        # step run between the graphs of a compiled function (see hooks.eager)
+        self._pre_outside = Outside(self._pre)
+        self._post_outside = Outside(self._post)
+        self._tick_outside = Outside(self._tick)
         self._undo: list[Callable[[], None]] = []
         zero_grad = region_for("zero_grad", clock)
         for opt in optimizers:
@@ -231,10 +230,10 @@ class OptimizerHooks:
             if eager.compile_callback() is None:
                 self.on_step()
             else:  # run between graphs of a compiled step: keep Dynamo out of the flush
-                kept = self._outside_step
-                if kept is None or kept[0] is not self.on_step:
-                    kept = self._outside_step = (self.on_step, outside(self.on_step))
-                kept[1]()
+                self._tick_outside()
+
+    def _tick(self) -> None:
+        self.on_step()
 
     def scaler_step(
         self, optimizer: torch.optim.Optimizer, call: Callable[..., Any], args: Any, kwargs: Any

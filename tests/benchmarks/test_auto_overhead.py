@@ -283,8 +283,9 @@ def hand_hooks(model: nn.Module, opt: torch.optim.Optimizer) -> list[int]:
 class Instrumentation:
     """What a row of the auto-step group changes on the one model and optimizer, captured
     once and put back before each of the row's steps: every module's instance ``forward``
-    and forward-hook dicts, the optimizer's step-hook dicts and instance ``zero_grad``, and
-    ``torch.autograd.backward``. Nothing else that ``auto`` patches runs in this step."""
+    and forward-hook dicts, the optimizer's step-hook dicts and instance ``zero_grad`` and
+    ``step``, and ``torch.autograd.backward``. Nothing else that ``auto`` patches runs in
+    this step."""
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer) -> None:
         self._opt = opt
@@ -296,6 +297,7 @@ class Instrumentation:
             opt._optimizer_step_pre_hooks,
             opt._optimizer_step_post_hooks,
             vars(opt).get("zero_grad"),
+            vars(opt).get("step"),  # auto's guard (an exception inside step closes it)
         )
         self._backward = torch.autograd.backward
 
@@ -314,10 +316,11 @@ class Instrumentation:
         for module, forward, pre, post in self._modules:
             _set_own(module, "forward", forward)
             module._forward_pre_hooks, module._forward_hooks = pre, post
-        pre_hooks, post_hooks, zero_grad = self._optimizer
+        pre_hooks, post_hooks, zero_grad, step = self._optimizer
         self._opt._optimizer_step_pre_hooks = pre_hooks
         self._opt._optimizer_step_post_hooks = post_hooks
         _set_own(self._opt, "zero_grad", zero_grad)
+        _set_own(self._opt, "step", step)
         torch.autograd.backward = self._backward
 
 
