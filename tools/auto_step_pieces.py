@@ -1,6 +1,6 @@
 """What each piece of ``instrument.auto`` adds to a real training step, measured inside it.
 
-    python tools/auto_step_pieces.py [--rounds 300] [--steps 20]
+    python tools/auto_step_pieces.py [--rounds 300] [--steps 20] [--block 1]
 
 The auto-step benchmark's tiny MLP (AdamW, one intra-op thread) on ONE model and
 optimizer. States — uninstrumented, the benchmark's hand-written hooks, ``auto``, and
@@ -8,9 +8,12 @@ optimizer. States — uninstrumented, the benchmark's hand-written hooks, ``auto
 included) or only its ``backward`` — are put in place before each step
 (``Instrumentation`` of the benchmark), rotating; every step's thread CPU time is kept.
 Printed: each state's 5th, 25th and 50th percentile of single steps, and each minus the
-uninstrumented one's. Percentiles of single steps agree with one another to within about
-1 µs where medians of round sums move by 1-2 µs between runs; they leave out the one step
-in ``every`` that flushes (``every=50``), so the flush is not in these figures.
+uninstrumented one's. ``--block N`` runs N steps of a state in a row and keeps all but the
+first (warm: the same instrumentation ran the step before, as in a training loop); the
+default alternates states step by step, as the benchmark does. Percentiles of single
+steps agree with one another to within about 1 µs where medians of round sums move by 1-2 µs
+between runs; they leave out the one step in ``every`` that flushes (``every=50``), so the
+flush is not in these figures.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--steps", type=int, default=20, help="steps per state per round")
+    parser.add_argument("--block", type=int, default=1, help="consecutive steps per state")
     args = parser.parse_args()
     sys.path[:0] = [str(ROOT / "tests" / "benchmarks"), str(ROOT / "tests"), str(ROOT)]
     import torch
@@ -47,13 +51,14 @@ def main() -> None:
     names = list(states)
     for r in range(args.rounds + 3):
         order = names[r % len(names) :] + names[: r % len(names)]
-        for _ in range(args.steps):
+        for _ in range(args.steps // args.block):
             for name in order:
                 states[name].apply()
-                t0 = thread_time_ns()
-                step()
-                if r >= 3:
-                    spent[name].append(thread_time_ns() - t0)
+                for i in range(args.block):
+                    t0 = thread_time_ns()
+                    step()
+                    if r >= 3 and (i > 0 or args.block == 1):
+                        spent[name].append(thread_time_ns() - t0)
         times.clear()
     full.apply()
     handle.remove()
