@@ -556,7 +556,37 @@ def test_signature_and_deepcopy_see_the_real_forward(sink: InMemory) -> None:
                 p.mul_(0.5)
         assert not torch.equal(ema(tokens), model(tokens))  # the copy runs its own weights
         report = handle.reporter.flush()
-    assert report["forward"].count == 2  # the copy's forward is timed too, under its names
+    assert report["forward"].count == 1  # the copy runs untimed (see the next test)
+    assert "forward" not in vars(ema)
+
+
+def test_an_ema_copy_made_under_auto_is_not_counted_as_training_forward(
+    sink: InMemory,
+) -> None:
+    """``AveragedModel`` (EMA/SWA) deep-copies the model; made under ``auto``, the copy ran
+    the timed forward under the original's names, so each evaluation of the EMA model
+    counted as training's ``forward``: 2x the calls, the line too long."""
+    torch.manual_seed(0)
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = batches(4)
+    with instrument.auto(model, opt, every=4, sinks=[sink], collectives=False):
+        ema = torch.optim.swa_utils.AveragedModel(
+            model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9)
+        )
+        for tokens in data:
+            lm_loss(model, tokens).backward()
+            opt.step()
+            opt.zero_grad()
+            ema.update_parameters(model)
+            with torch.no_grad():
+                ema(tokens)  # an evaluation of the EMA weights each step
+    report = sink.reports[0]
+    assert report.steps == 4
+    assert report["forward"].count == 4
+    assert report["forward/embed"].count == 4
+    with torch.no_grad():
+        assert not torch.equal(ema(data[0]), model(data[0]))  # its own (averaged) weights
 
 
 def test_remove_takes_the_timing_off_copies_made_meanwhile(tmp_path: Any) -> None:

@@ -207,15 +207,13 @@ class ModuleHooks:
         self._anchor = backward_anchor or (lambda: registry.steps_own("backward"))
         #: (module, its C forward, the Python twin) while the C one is in place
         self._untraced: list[tuple[nn.Module, object, object]] = []
-        #: the functions put on modules (timed forwards, backward hooks), by id, and the
-        #: copies of timed modules made since (``copy.deepcopy``: an EMA model)
+        #: the functions put on modules (timed forwards, backward hooks), by id
         self._functions: dict[int, object] = {}
         #: id of a timed forward's function -> (its module, the instance ``forward`` it
         #: replaced or None)
         self._replaced: dict[int, tuple[nn.Module, object]] = {}
-        self._copies: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self._restore.append(
-            patches.patch(nn.Module, "__setstate__", _noting_copies, inert_when_left=True)
+            patches.patch(nn.Module, "__setstate__", _untimed_copies, inert_when_left=True)
         )
         self._restore.append(
             patches.patch(nn.Module, "_replicate_for_data_parallel", _untimed_replicas)
@@ -382,8 +380,8 @@ class ModuleHooks:
                 _owners[id(function)] = self
 
     def remove(self) -> None:
-        """Take every hook off and undo every in-place patch (idempotent); also from the
-        copies of timed modules made meanwhile."""
+        """Take every hook off and undo every in-place patch (idempotent). (Copies of timed
+        modules are untimed as they are made: :func:`_untimed_copies`.)"""
         backward, self._backward = self._backward, {}
         for handles in backward.values():
             for handle in handles:
@@ -393,9 +391,6 @@ class ModuleHooks:
             undo()
         for module in [m for m, (_, hooks) in list(_timed.items()) if hooks is self]:
             _timed.pop(module, None)
-        for copied in list(self._copies):
-            self._untime_copy(copied)
-        self._copies = weakref.WeakSet()
         for key in self._functions:
             if _owners.get(key) is self:
                 del _owners[key]
@@ -440,9 +435,12 @@ def _owner_of(forward: object) -> ModuleHooks | None:
     return _owners.get(id(getattr(forward, "__func__", None)))
 
 
-def _noting_copies(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``nn.Module.__setstate__`` (run by ``copy.deepcopy`` and unpickling) that notes a
-    copy of a timed module, so that ``remove()`` takes the timing off the copy too."""
+def _untimed_copies(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``nn.Module.__setstate__`` (run by ``copy.deepcopy`` and unpickling) that takes the
+    timing off a copy of a timed module as it is made. A copy (an EMA model,
+    ``torch.optim.swa_utils.AveragedModel``) was timed under its original's names: its
+    evaluation forwards counted as training's ``forward``. Now it is what a copy made
+    before ``auto`` is: untimed (its time stays in its parent region, or ``(other)``)."""
 
     @functools.wraps(original)
     def __setstate__(self: nn.Module, state: Any) -> Any:
@@ -450,7 +448,7 @@ def _noting_copies(original: Callable[..., Any]) -> Callable[..., Any]:
         forward = vars(self).get("forward")
         hooks = _owner_of(forward)
         if hooks is not None and getattr(forward, "__self__", None) is self:
-            hooks._copies.add(self)
+            hooks._untime_copy(self)
         return result
 
     return __setstate__
