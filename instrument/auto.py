@@ -119,7 +119,7 @@ class ForwardCheck:
                     FORWARD_UNSEEN,
                     "instrument.auto: the model's forward was not timed in the first "
                     f"optimizer steps, so it is in '(other)'. {why}",
-                    stacklevel=6,  # the loop's optimizer.step(), through the step guard
+                    stacklevel=None,  # the loop's optimizer.step()
                 )
         self._tick()
 

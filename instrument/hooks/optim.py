@@ -1,25 +1,27 @@
 """The ``optimizer`` and ``zero_grad`` regions, and the end of an iteration.
 
-``optimizer.step()`` is timed by the optimizer's own step pre/post hooks; the post hook of
-the *ticking* optimizer (the last one given) then ends the iteration — so with gradient
-accumulation an iteration is one optimizer step. PyTorch runs no post hook when ``step()``
-raises, so ``step`` on the optimizer's instance is guarded too (:func:`_guard`): a step that
-raises closes its region (recorded, like any region that raised; the iteration does not
-end) and the exception propagates unchanged. In a compiled step the hooks run outside the
-graph (:mod:`instrument.hooks.eager`), so a compiled ``optimizer.step()`` is timed like an
-eager one and ends the iteration. ``GradScaler.step(optimizer)`` is timed
-whole (unscaling and the inf check included) and ends the iteration even when the scaler
-skips the step because of infs or NaNs; the skipped steps are counted.
+``optimizer.step()`` is timed by ``step`` on the optimizer's instance (:func:`_guard`), and,
+for a step that does not pass through it (a ``step`` bound before ``auto``, the class's
+called directly), by the optimizer's step pre/post hooks, which stand aside while the guard
+runs. The *ticking* optimizer's step (the last one given) then ends the iteration — so with
+gradient accumulation an iteration is one optimizer step. A step that raises closes its
+region (recorded, like any region that raised; the iteration does not end) and the
+exception propagates unchanged (PyTorch runs no post hook then). In a compiled step the
+hooks time it, outside the graph (:mod:`instrument.hooks.eager`), so a compiled
+``optimizer.step()`` is timed like an eager one and ends the iteration.
+``GradScaler.step(optimizer)`` is timed whole (unscaling and the inf check included) and
+ends the iteration even when the scaler skips the step because of infs or NaNs; the
+skipped steps are counted.
 
 ``optimizer.step(closure)`` (LBFGS, Lightning, any user code) runs forward and backward
-*inside* the step. The pre hook hands the optimizer a wrapped closure: while it runs, the
-``optimizer`` frame is taken off the region stack, so the closure's ``forward``,
-``backward`` and ``zero_grad`` are recorded at the paths they have in a plain loop; when
-it returns, the frame goes back with its start moved later by the closure's duration, so
-the one ``optimizer`` record per step is the update alone. On the "cuda" clock the frame's
-start event is re-recorded after each closure call (so the device time is the update after
-the last closure call: all of it for torch's optimizers, which call the closure first); on
-"sync" the device is synchronized at both ends of the closure.
+*inside* the step. The guard (or the pre hook) hands the optimizer a wrapped closure:
+while it runs, the ``optimizer`` frame is taken off the region stack, so the closure's
+``forward``, ``backward`` and ``zero_grad`` are recorded at the paths they have in a plain
+loop; when it returns, the frame goes back with its start moved later by the closure's
+duration, so the one ``optimizer`` record per step is the update alone. On the "cuda" clock
+the frame's start event is re-recorded after each closure call (so the device time is the
+update after the last closure call: all of it for torch's optimizers, which call the
+closure first); on "sync" the device is synchronized at both ends of the closure.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ class OptimizerHooks:
             self._undo.append(
                 opt.register_step_post_hook(functools.partial(self._post, call)).remove
             )
-            self._undo.append(patches.put_on_instance(opt, "step", _guard(opt, call, self._raised)))
+            self._undo.append(patches.put_on_instance(opt, "step", _guard(opt, call, self)))
             timed_zero_grad = decorate(opt.zero_grad, zero_grad)
             self._undo.append(patches.put_on_instance(opt, "zero_grad", timed_zero_grad))
             self._undo.append(_forget(opt))
@@ -160,7 +162,7 @@ class OptimizerHooks:
             self._undo.append(patches.patch(torch.amp.GradScaler, "step", _make_scaler_step))
 
     def _pre(self, call: _Call, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
-        if self._scaled:
+        if call.guarded or self._scaled:  # the guard times this step, or GradScaler.step
             return None
         if tracing():  # a compiled step: this hook runs outside the graph (hooks.eager)
             return self._pre_outside(call, optimizer, args, kwargs)
@@ -176,9 +178,14 @@ class OptimizerHooks:
         call.entered = True
         if not kwargs and len(args) < 2:  # step(): no closure
             return None
-        # args are step()'s own: (optimizer, closure?, ...)
-        if len(args) > 1 and callable(args[1]):
-            return (args[0], self._time_closure(args[1]), *args[2:]), kwargs
+        timed = self._timed_closure_args(args[1:], kwargs)  # args: (optimizer, closure?, ...)
+        return None if timed is None else ((args[0], *timed[0]), timed[1])
+
+    def _timed_closure_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``step()``'s arguments with its closure timed (:meth:`_time_closure`), or None
+        when it was given none."""
+        if args and callable(args[0]):
+            return (self._time_closure(args[0]), *args[1:]), kwargs
         closure = kwargs.get("closure")
         if callable(closure):
             return args, {**kwargs, "closure": self._time_closure(closure)}
@@ -188,6 +195,33 @@ class OptimizerHooks:
         """``step()`` raised past its post hook: close the region its pre hook opened."""
         if _get()[3] is self._region:
             self._region.__exit__(type(error), error, error.__traceback__)
+
+    def _hooked_step(
+        self, call: _Call, run: Callable[..., Any], optimizer: Any, args: Any, kwargs: Any
+    ) -> Any:
+        """A step the step hooks time (see :func:`_guard`): ``run(optimizer, args,
+        kwargs)`` with ``call`` kept, the region closed if it raises."""
+        outermost = not call.running
+        if outermost:
+            call.running, call.entered, call.nested = True, False, 0
+        try:
+            return run(optimizer, args, kwargs)
+        except BaseException as error:
+            if outermost:
+                call.nested = 0
+                self._raised(error)
+            raise
+        finally:
+            if outermost:
+                call.running = False
+
+    def _end_iteration(self) -> None:
+        """After the ticking optimizer's step: ``on_step`` (kept out of Dynamo when this
+        runs between the graphs of a compiled function)."""
+        if eager.compile_callback() is None:
+            self.on_step()
+        else:
+            self._tick_outside()
 
     def _time_closure(self, closure: Callable[..., Any]) -> Callable[..., Any]:
         """``closure``, run with the ``optimizer`` frame set aside (see the module doc)."""
@@ -216,6 +250,8 @@ class OptimizerHooks:
         return timed_closure
 
     def _post(self, call: _Call, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if call.guarded:
+            return
         if self._scaled:
             self._stepped = True
             return
@@ -227,10 +263,7 @@ class OptimizerHooks:
             return
         self._region.__exit__(None, None, None)
         if optimizer is self._ticker:
-            if eager.compile_callback() is None:
-                self.on_step()
-            else:  # run between graphs of a compiled step: keep Dynamo out of the flush
-                self._tick_outside()
+            self._end_iteration()
 
     def _tick(self) -> None:
         self.on_step()
@@ -276,44 +309,62 @@ def _resumed(frame: Frame, spent: int, sync: bool) -> Frame:
 
 
 class _Call:
-    """One optimizer's ``step()`` call, as its guard sees it: running, whether the pre hook
-    has opened the region in it, and how many nested runs of the hooks are open."""
+    """One optimizer's ``step()`` call, as its guard sees it: running, timed by the guard
+    itself, whether the pre hook has opened the region in it, and how many nested runs of
+    the hooks are open."""
 
-    __slots__ = ("entered", "nested", "running")
+    __slots__ = ("entered", "guarded", "nested", "running")
 
     def __init__(self) -> None:
         self.running = False
+        self.guarded = False
         self.entered = False
         self.nested = 0
 
 
-def _guard(
-    opt: torch.optim.Optimizer, call: _Call, raised: Callable[[BaseException], None]
-) -> types.MethodType:
-    """``opt.step`` that keeps ``call`` and calls ``raised(error)`` when the step raises,
-    then re-raises.
+def _guard(opt: torch.optim.Optimizer, call: _Call, hooks: OptimizerHooks) -> types.MethodType:
+    """``opt.step``, which times the step itself: the ``optimizer`` region around the call,
+    the closure timed, the region closed (recorded as raised) if the step raises, then the
+    iteration ended — one frame of instrument's per step, where the step hooks were two
+    more; they stand aside while it runs. Nested, compiled (Dynamo traces this) or inside
+    ``GradScaler.step``, the hooks time the step instead (:meth:`OptimizerHooks._hooked_step`).
 
     It calls what ``opt.step`` was when guarded: the instance's own ``step`` if it had one
     (an LR scheduler's wrapper), else the class's, looked up at call time. A bound method,
     so an LR scheduler created later can wrap it (torch's takes ``opt.step.__func__``)."""
     own = vars(opt).get("step")
+    region = hooks._region
+
+    def run(self: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
+        if own is None:
+            return type(self).step(self, *args, **kwargs)
+        return own(*args, **kwargs)
 
     def step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-        outermost = not call.running
-        if outermost:
-            call.running, call.entered, call.nested = True, False, 0
+        if call.running or hooks._scaled or tracing():
+            return hooks._hooked_step(call, run, self, args, kwargs)
+        call.running = call.guarded = True
         try:
-            if own is None:
-                return type(self).step(self, *args, **kwargs)
-            return own(*args, **kwargs)
-        except BaseException as error:
-            if outermost:
-                call.nested = 0
-                raised(error)
-            raise
+            if args or kwargs:
+                timed = hooks._timed_closure_args(args, kwargs)
+                if timed is not None:
+                    args, kwargs = timed
+            if _get()[3] is region:
+                abandon(region)  # a step that raised outside its guard: no post hook ran
+            region.__enter__()
+            try:
+                result = (
+                    type(self).step(self, *args, **kwargs) if own is None else own(*args, **kwargs)
+                )
+            except BaseException as error:
+                hooks._raised(error)
+                raise
         finally:
-            if outermost:
-                call.running = False
+            call.running = call.guarded = False
+        region.__exit__(None, None, None)
+        if self is hooks._ticker:
+            hooks._end_iteration()
+        return result
 
     if own is not None:  # what torch's LR scheduler marks its wrapper with, and the like
         step.__dict__.update(getattr(own, "__dict__", {}))
