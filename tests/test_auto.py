@@ -436,6 +436,29 @@ def test_a_subclass_calling_super_step_is_one_step(sink: InMemory) -> None:
     assert not any(p.startswith("optimizer/") for p in report.paths())
 
 
+def test_a_step_that_bypasses_the_instance_step_is_timed_by_the_hooks(sink: InMemory) -> None:
+    """The instance's ``step`` times the step; a ``step`` bound before ``auto`` (or the
+    class's called directly) does not pass through it: the step hooks time those, and the
+    iteration still ends — else no report at all. Each step is timed once either way."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    bound_before = opt.step
+    with instrument.auto(model, opt, every=None, sinks=[sink], collectives=False) as handle:
+        for how in ("bound before", "class", "instance"):
+            model(torch.randn(2, 8)).sum().backward()
+            if how == "bound before":
+                bound_before()
+            elif how == "class":
+                type(opt).step(opt)
+            else:
+                opt.step()
+            opt.zero_grad()
+        report = handle.reporter.flush()
+    assert report.steps == 3
+    assert report["optimizer"].count == 3
+    assert report["forward"].count == 3
+
+
 def test_zero_grad_is_timed_and_restored() -> None:
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
