@@ -30,6 +30,15 @@ def tokens(seed: int) -> torch.Tensor:
     return torch.randint(0, 64, (4, 16), generator=gen).cuda()
 
 
+def fresh(
+    optimizer: type[torch.optim.Optimizer], lr: float = 0.01
+) -> tuple[nn.Module, torch.optim.Optimizer, InMemory]:
+    """A new model on the GPU, its optimizer and a sink, with Dynamo's caches emptied."""
+    torch._dynamo.reset()
+    model = TinyLM().cuda()
+    return model, optimizer(model.parameters(), lr=lr), InMemory()
+
+
 def assert_device_timed(report: instrument.Report, *paths: str) -> None:
     for path in paths:
         node = report[path]
@@ -46,10 +55,7 @@ def assert_device_timed(report: instrument.Report, *paths: str) -> None:
     strict=False,
 )
 def test_an_inductor_compiled_optimizer_step_has_device_time() -> None:
-    torch._dynamo.reset()
-    model = TinyLM().cuda()
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    sink = InMemory()
+    model, opt, sink = fresh(torch.optim.Adam)
 
     @torch.compile
     def step() -> None:
@@ -67,10 +73,7 @@ def test_an_inductor_compiled_optimizer_step_has_device_time() -> None:
 
 
 def test_an_inductor_compiled_train_step_keeps_backward_and_optimizer() -> None:
-    torch._dynamo.reset()
-    model = TinyLM().cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    sink = InMemory()
+    model, opt, sink = fresh(torch.optim.SGD, lr=0.1)
 
     @torch.compile
     def train_step(x: torch.Tensor) -> None:
@@ -88,10 +91,7 @@ def test_an_inductor_compiled_train_step_keeps_backward_and_optimizer() -> None:
 
 
 def test_a_model_compiled_after_auto_is_timed_on_the_device() -> None:
-    torch._dynamo.reset()
-    model = TinyLM().cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
-    sink = InMemory()
+    model, opt, sink = fresh(torch.optim.AdamW)
     with instrument.auto(model, opt, every=3, sinks=[sink], collectives=False, clock="cuda"):
         compiled = torch.compile(model)
         for i in range(6):
