@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device run (see docs/testing.md): build the C accelerator, run the CUDA tests, then
-# the whole suite, logs under $OUT. Usage on the lent GPU machine: bash tools/gpu_check.sh
+# One device run (see docs/testing.md): build the C accelerator, run the CUDA tests, the
+# compiled-optimizer check (tools/gpu_compiled_optimizer.py), then the whole suite, logs
+# under $OUT. Usage on the lent GPU machine: bash tools/gpu_check.sh
 set -u
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
@@ -11,5 +12,6 @@ python3 setup.py -q build_ext --inplace >"$OUT/build.log" 2>&1 || tail -20 "$OUT
 python3 -c "from instrument import _native; print('C accelerator:', _native.speedups is not None)"
 timeout "${CUDA_LIMIT:-240}" python3 -m pytest -m cuda -q -rs --timeout 200 tests 2>&1 \
   | tee "$OUT/cuda.log" | tail -40
+timeout 120 python3 tools/gpu_compiled_optimizer.py 2>&1 | tee "$OUT/compiled_optimizer.log"
 timeout "${SUITE_LIMIT:-240}" python3 -m pytest -q -n 14 --timeout 200 tests 2>&1 \
   | tee "$OUT/suite.log" | tail -40
