@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import instrument
 from instrument._native import speedups
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,6 +99,6 @@ def test_the_extension_refuses_a_sub_interpreter_and_main_keeps_recording() -> N
 
 
 def test_instrument_native_falls_back_to_pure_python_in_a_sub_interpreter() -> None:
-    out = _run(NATIVE_FALLS_BACK.format(package=str(ROOT / "instrument")))
+    out = _run(NATIVE_FALLS_BACK.format(package=str(Path(instrument.__file__).parent)))
     assert "sub: speedups=None" in out
     assert "main: ['after'] ['inner', 'in a task']" in out
