@@ -8,12 +8,15 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${MATRIX_DIR:-$(mktemp -d)}
+mkdir -p "$work"
 pythons=("$@")
 if [ ${#pythons[@]} -eq 0 ]; then
     pythons=(~/.pyenv/versions/3.10.*/bin/python3.10 ~/.pyenv/versions/3.12.*/bin/python3.12
              ~/.pyenv/versions/3.13.*/bin/python3.13)
 fi
-python3 -m build --sdist --outdir "$work/dist" "$root" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 2; }
+# from $work: a build/ folder in the checkout (setup.py's) would shadow the build package
+(cd "$work" && python3 -m build --sdist --outdir "$work/dist" "$root") > "$work/build.log" 2>&1 \
+    || { cat "$work/build.log"; exit 2; }
 sdist=$(ls "$work"/dist/*.tar.gz)
 status=0
 for py in "${pythons[@]}"; do
