@@ -12,7 +12,9 @@ _warned: set[str] = set()
 
 #: Code that a warning never names: instrument's own, and torch's optimizer wrappers (a
 #: hook's warning names the loop's ``optimizer.step()``).
-_INSIDE = (os.path.dirname(__file__), os.path.dirname(torch.optim.__file__))
+_INSIDE = tuple(
+    os.path.join(os.path.dirname(path), "") for path in (__file__, torch.optim.__file__)
+)
 
 
 def warn_once(key: str, message: str, *, stacklevel: int | None = 3) -> None:

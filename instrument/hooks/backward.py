@@ -11,7 +11,7 @@ import torch
 
 from instrument import registry
 from instrument.hooks import patches
-from instrument.hooks.eager import Outside
+from instrument.hooks.eager import outside
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import _get
 from instrument.regions.region import region_for
@@ -59,7 +59,7 @@ def install(clock: object = None) -> Callable[[], None]:
             _parent = top[0]
             return timed(*args, **kwargs)
 
-        eager = Outside(backward)
+        eager = outside(backward)
         return backward
 
     return patches.patch(torch.autograd, "backward", make)

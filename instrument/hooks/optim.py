@@ -37,7 +37,7 @@ import wrapt
 
 from instrument import clocks, observe
 from instrument.hooks import eager, patches
-from instrument.hooks.eager import Outside
+from instrument.hooks.eager import outside
 from instrument.regions.decorators import decorate
 from instrument.regions.frames import Frame, _close, _get, _set, abandon
 from instrument.regions.region import region_for
@@ -124,9 +124,9 @@ class OptimizerHooks:
         self._stepped = False
         # the versions run outside Dynamo: the hooks' for a traced step, the tick's for a
         # step run between the graphs of a compiled function (see hooks.eager)
-        self._pre_outside = Outside(self._pre)
-        self._post_outside = Outside(self._post)
-        self._tick_outside = Outside(self._tick)
+        self._pre_outside = outside(self._pre)
+        self._post_outside = outside(self._post)
+        self._tick_outside = outside(self._tick)
         self._undo: list[Callable[[], None]] = []
         zero_grad = region_for("zero_grad", clock)
         for opt in optimizers:
