@@ -2269,6 +2269,938 @@ static PyTypeObject DispatchType = {
     .tp_getset = Dispatch_getset,
 };
 
+/* -- the reporter's steps (instrument/stepcounter.py is the definition) ----------------
+ * A call ends one step: the time since the last goes into `times`; a warm-up step drops
+ * the open step's counts, any other adds its time and (on_counts()) its counts; at every
+ * multiple of `every` steps of the run it returns on_due(). The clock is _state.now and the
+ * stepping thread registry.stepping_thread, read from those modules' dicts (bind_steps). */
+
+static PyObject *steps_state = NULL;    /* instrument._state.__dict__ */
+static PyObject *steps_registry = NULL; /* instrument.registry.__dict__ */
+static PyObject *str_now, *str_stepping_thread;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int64_t every; /* 0: None */
+    int64_t warmup;
+    int64_t run_steps, steps, warm_steps, counted_ns, last_tick;
+    PyObject *times; /* a NodeBase made by __init__ */
+    PyObject *pending;
+    PyObject *on_counts, *on_due;
+} StepCounterObject;
+
+static int
+steps_unbound(void)
+{
+    if (steps_state == NULL || steps_registry == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "instrument: StepCounter used before bind_steps(_state, registry)");
+        return 1;
+    }
+    return 0;
+}
+
+static int
+steps_now(int64_t *out)
+{
+    PyObject *now = PyDict_GetItemWithError(steps_state, str_now);
+    if (now == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "instrument: _state.now is missing");
+        }
+        return -1;
+    }
+    Py_INCREF(now); /* the clock may be Python code that replaces it */
+    int r = read_now(now, out);
+    Py_DECREF(now);
+    return r;
+}
+
+/* registry.stepping_thread = this thread's ident, unless it already is */
+static int
+steps_mark_thread(void)
+{
+    unsigned long ident = PyThread_get_thread_ident();
+    PyObject *current = PyDict_GetItemWithError(steps_registry, str_stepping_thread);
+    if (current == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    if (current != NULL && PyLong_CheckExact(current)) {
+        unsigned long value = PyLong_AsUnsignedLong(current);
+        if (value == (unsigned long)-1 && PyErr_Occurred()) {
+            PyErr_Clear(); /* negative or too large: not this thread */
+        }
+        else if (value == ident) {
+            return 0;
+        }
+    }
+    PyObject *id = PyLong_FromUnsignedLong(ident);
+    if (id == NULL) {
+        return -1;
+    }
+    int r = PyDict_SetItem(steps_registry, str_stepping_thread, id);
+    Py_DECREF(id);
+    return r;
+}
+
+static int
+StepCounter_cleared(StepCounterObject *self)
+{
+    if (self->times == NULL || self->on_counts == NULL || self->on_due == NULL ||
+        self->pending == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "instrument: StepCounter used before __init__ or after it was cleared");
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *
+StepCounter_vectorcall(StepCounterObject *self, PyObject *const *args, size_t nargsf,
+                       PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "StepCounter() takes no arguments");
+        return NULL;
+    }
+    if (steps_unbound() || StepCounter_cleared(self)) {
+        return NULL;
+    }
+    int64_t now;
+    if (steps_now(&now) < 0 || steps_mark_thread() < 0) {
+        return NULL;
+    }
+    int64_t spent = now - self->last_tick;
+    self->last_tick = now;
+    node_add((NodeObject *)self->times, spent);
+    if (self->run_steps + self->steps < self->warmup) {
+        self->warm_steps++;
+        Py_INCREF(Py_None);
+        Py_SETREF(self->pending, Py_None);
+    }
+    else {
+        self->counted_ns += spent;
+        if (self->pending != Py_None) {
+            PyObject *r = PyObject_CallNoArgs(self->on_counts);
+            if (r == NULL) {
+                return NULL;
+            }
+            Py_DECREF(r);
+        }
+    }
+    self->steps++;
+    if (self->every > 0 && (self->run_steps + self->steps) % self->every == 0) {
+        PyObject *on_due = self->on_due; /* on_due() may run __init__ again */
+        Py_INCREF(on_due);
+        PyObject *r = PyObject_CallNoArgs(on_due);
+        Py_DECREF(on_due);
+        return r;
+    }
+    Py_RETURN_NONE;
+}
+
+/* every: None or an int > 0 (stored as 0 for None); warmup: an int >= 0 */
+static int
+steps_read_count(PyObject *value, int every, int64_t *out)
+{
+    const char *name = every ? "every" : "warmup";
+    if (every && value == Py_None) {
+        *out = 0;
+        return 0;
+    }
+    long long v = -1;
+    if (PyLong_Check(value) && !PyBool_Check(value)) {
+        int overflow;
+        v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (overflow > 0) {
+            PyErr_Format(PyExc_OverflowError, "%s must be at most 2**63 - 1, got %R", name,
+                         value);
+            return -1;
+        }
+        if (overflow < 0) {
+            v = -1;
+        }
+    }
+    if (every ? v <= 0 : v < 0) {
+        if (every) {
+            PyErr_Format(PyExc_ValueError,
+                         "every must be a positive int (steps between flushes) or None, got %R",
+                         value);
+        }
+        else {
+            PyErr_Format(PyExc_ValueError, "warmup must be an int >= 0, got %R", value);
+        }
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int
+StepCounter_init(StepCounterObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"every", "warmup", "on_counts", "on_due", NULL};
+    PyObject *every, *warmup, *on_counts, *on_due;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO:StepCounter", kwlist, &every, &warmup,
+                                     &on_counts, &on_due)) {
+        return -1;
+    }
+    if (!PyCallable_Check(on_counts) || !PyCallable_Check(on_due)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "StepCounter(every, warmup, on_counts, on_due) needs two callables");
+        return -1;
+    }
+    int64_t every_n, warmup_n, now;
+    if (steps_read_count(every, 1, &every_n) < 0 || steps_read_count(warmup, 0, &warmup_n) < 0 ||
+        steps_unbound() ||
+        steps_now(&now) < 0) {
+        return -1;
+    }
+    PyObject *times = PyObject_CallNoArgs((PyObject *)&NodeType);
+    if (times == NULL) {
+        return -1;
+    }
+    self->every = every_n;
+    self->warmup = warmup_n;
+    self->run_steps = self->steps = self->warm_steps = self->counted_ns = 0;
+    self->last_tick = now;
+    Py_XSETREF(self->times, times);
+    Py_INCREF(Py_None);
+    Py_XSETREF(self->pending, Py_None);
+    Py_INCREF(on_counts);
+    Py_XSETREF(self->on_counts, on_counts);
+    Py_INCREF(on_due);
+    Py_XSETREF(self->on_due, on_due);
+    return 0;
+}
+
+static PyObject *
+StepCounter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    StepCounterObject *self = (StepCounterObject *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->vectorcall = (vectorcallfunc)StepCounter_vectorcall;
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *
+StepCounter_end_interval(StepCounterObject *self, PyObject *Py_UNUSED(ignored))
+{
+    int64_t steps = self->steps;
+    self->run_steps += steps;
+    self->steps = self->warm_steps = self->counted_ns = 0;
+    return PyLong_FromLongLong(steps);
+}
+
+static PyObject *
+StepCounter_get_every(StepCounterObject *self, void *closure)
+{
+    if (self->every == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLongLong(self->every);
+}
+
+static int
+StepCounter_set_count(StepCounterObject *self, PyObject *value, void *closure)
+{
+    int every = closure != NULL;
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "instrument: StepCounter.%s cannot be deleted",
+                     every ? "every" : "warmup");
+        return -1;
+    }
+    return steps_read_count(value, every, every ? &self->every : &self->warmup);
+}
+
+static PyObject *
+StepCounter_get_warmup(StepCounterObject *self, void *closure)
+{
+    return PyLong_FromLongLong(self->warmup);
+}
+
+static PyObject *
+StepCounter_get_int(StepCounterObject *self, void *closure)
+{
+    return PyLong_FromLongLong(*(int64_t *)((char *)self + (Py_ssize_t)closure));
+}
+
+static PyObject *
+StepCounter_get_times(StepCounterObject *self, void *closure)
+{
+    if (StepCounter_cleared(self)) {
+        return NULL;
+    }
+    Py_INCREF(self->times);
+    return self->times;
+}
+
+static PyObject *
+StepCounter_get_pending(StepCounterObject *self, void *closure)
+{
+    PyObject *p = self->pending != NULL ? self->pending : Py_None;
+    Py_INCREF(p);
+    return p;
+}
+
+static int
+StepCounter_set_pending(StepCounterObject *self, PyObject *value, void *closure)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "instrument: StepCounter.pending cannot be deleted");
+        return -1;
+    }
+    Py_INCREF(value);
+    Py_XSETREF(self->pending, value);
+    return 0;
+}
+
+#define STEPS_FIELD(name) (void *)offsetof(StepCounterObject, name)
+
+static PyGetSetDef StepCounter_getset[] = {
+    {"every", (getter)StepCounter_get_every, (setter)StepCounter_set_count,
+     "Steps between reports (None: only on demand).", "every"},
+    {"warmup", (getter)StepCounter_get_warmup, (setter)StepCounter_set_count,
+     "Steps at the start of the run counted as warm-up.", NULL},
+    {"steps", (getter)StepCounter_get_int, NULL, "Steps ended in this interval.",
+     STEPS_FIELD(steps)},
+    {"warm_steps", (getter)StepCounter_get_int, NULL, "Of those, the warm-up ones.",
+     STEPS_FIELD(warm_steps)},
+    {"counted_ns", (getter)StepCounter_get_int, NULL, "The time of the others.",
+     STEPS_FIELD(counted_ns)},
+    {"run_steps", (getter)StepCounter_get_int, NULL, "Steps of the earlier intervals.",
+     STEPS_FIELD(run_steps)},
+    {"times", (getter)StepCounter_get_times, NULL,
+     "This interval's step times (its take() resets them).", NULL},
+    {"pending", (getter)StepCounter_get_pending, (setter)StepCounter_set_pending,
+     "The open step's counts (the reporter's; None when there are none).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef StepCounter_methods[] = {
+    {"end_interval", (PyCFunction)StepCounter_end_interval, METH_NOARGS,
+     "Start the next interval: the ended one's steps join the run's; returns them."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+StepCounter_traverse(StepCounterObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->times);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->on_counts);
+    Py_VISIT(self->on_due);
+    return 0;
+}
+
+static int
+StepCounter_clear(StepCounterObject *self)
+{
+    Py_CLEAR(self->times);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->on_counts);
+    Py_CLEAR(self->on_due);
+    return 0;
+}
+
+static void
+StepCounter_dealloc(StepCounterObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    StepCounter_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject StepCounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.StepCounter",
+    .tp_doc = "StepCounter(every, warmup, on_counts, on_due): a reporter's steps "
+              "(instrument/stepcounter.py); call it to end one.",
+    .tp_basicsize = sizeof(StepCounterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = StepCounter_new,
+    .tp_init = (initproc)StepCounter_init,
+    .tp_dealloc = (destructor)StepCounter_dealloc,
+    .tp_traverse = (traverseproc)StepCounter_traverse,
+    .tp_clear = (inquiry)StepCounter_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(StepCounterObject, vectorcall),
+    .tp_getset = StepCounter_getset,
+    .tp_methods = StepCounter_methods,
+};
+
+/* -- backward(): the common case of hooks/backward.py's wrapper ------------------------
+ * BackwardCall(python, region, original, compiling, graph_task, namespace). A call made
+ * with no compiled code around it (compiling() is None), the region on the host clock, not
+ * inside the region already and not inside autograd's engine (graph_task() == -1) sets
+ * namespace["_parent"] to the innermost frame's node and times original(*args, **kwargs)
+ * in the region: what the Python wrapper `python` does then. Every other call is
+ * python(*args, **kwargs) itself. */
+
+static PyObject *timed_region_vectorcall(RegionObject *region, PyObject *wrapped,
+                                         PyObject *const *args, size_t nargsf,
+                                         PyObject *kwnames);
+static PyObject *str_parent;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *python, *region, *original, *compiling, *graph_task, *namespace;
+    PyObject *dict;
+} BackwardCallObject;
+
+/* 1: the common case, with `*top` the innermost frame (a new reference); 0: python's
+ * (or original's, `*top` NULL and `*inside` set); -1: an error */
+static int
+backward_common(BackwardCallObject *self, PyObject **top, int *inside)
+{
+    *top = NULL;
+    *inside = 0;
+    PyObject *r = PyObject_CallNoArgs(self->compiling);
+    if (r == NULL) {
+        return -1;
+    }
+    int compiled = r != Py_None;
+    Py_DECREF(r);
+    if (compiled || Py_TYPE(self->region) != cpu_region_type || frame_var == NULL) {
+        return 0;
+    }
+    PyObject *frame = top_get();
+    if (frame == NULL) {
+        return -1;
+    }
+    if (!is_frame(frame)) {
+        Py_DECREF(frame); /* python's call reports it */
+        return 0;
+    }
+    if (PyTuple_GET_ITEM(frame, 3) == self->region) {
+        Py_DECREF(frame);
+        *inside = 1;
+        return 0;
+    }
+    PyObject *task = PyObject_CallNoArgs(self->graph_task);
+    long long id = task == NULL ? -1 : PyLong_AsLongLong(task);
+    Py_XDECREF(task);
+    if (task == NULL || (id == -1 && PyErr_Occurred())) {
+        Py_DECREF(frame);
+        return -1;
+    }
+    if (id != -1) {
+        Py_DECREF(frame);
+        *inside = 1;
+        return 0;
+    }
+    *top = frame;
+    return 1;
+}
+
+static PyObject *
+BackwardCall_vectorcall(BackwardCallObject *self, PyObject *const *args, size_t nargsf,
+                        PyObject *kwnames)
+{
+    if (self->python == NULL || self->region == NULL || self->original == NULL ||
+        self->compiling == NULL || self->graph_task == NULL || self->namespace == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "BackwardCall used after it was cleared");
+        return NULL;
+    }
+    PyObject *top;
+    int inside;
+    int common = backward_common(self, &top, &inside);
+    if (common < 0) {
+        return NULL;
+    }
+    /* held across the call: it may run any Python code */
+    PyObject *region = self->region, *original = self->original, *python = self->python;
+    if (!common) {
+        PyObject *callee = inside ? original : python;
+        Py_INCREF(callee);
+        PyObject *result = PyObject_Vectorcall(callee, args, nargsf, kwnames);
+        Py_DECREF(callee);
+        return result;
+    }
+    int failed = PyDict_SetItem(self->namespace, str_parent, PyTuple_GET_ITEM(top, 0)) < 0;
+    Py_DECREF(top);
+    if (failed) {
+        return NULL;
+    }
+    Py_INCREF(region);
+    Py_INCREF(original);
+    PyObject *result =
+        timed_region_vectorcall((RegionObject *)region, original, args, nargsf, kwnames);
+    Py_DECREF(original);
+    Py_DECREF(region);
+    return result;
+}
+
+static PyObject *
+BackwardCall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *python, *region, *original, *compiling, *graph_task, *namespace;
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds)) ||
+        !PyArg_ParseTuple(args, "OOOOOO!:BackwardCall", &python, &region, &original, &compiling,
+                          &graph_task, &PyDict_Type, &namespace)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "BackwardCall() takes no keyword arguments");
+        }
+        return NULL;
+    }
+    if (!PyCallable_Check(python) || !PyCallable_Check(original) ||
+        !PyCallable_Check(compiling) || !PyCallable_Check(graph_task) ||
+        !PyObject_TypeCheck(region, &RegionType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "BackwardCall(python, region, original, compiling, graph_task, "
+                        "namespace) needs four callables, a region and a dict");
+        return NULL;
+    }
+    BackwardCallObject *self = (BackwardCallObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = (vectorcallfunc)BackwardCall_vectorcall;
+    PyObject **fields[6] = {&self->python, &self->region, &self->original, &self->compiling,
+                            &self->graph_task, &self->namespace};
+    PyObject *values[6] = {python, region, original, compiling, graph_task, namespace};
+    for (int i = 0; i < 6; i++) {
+        Py_INCREF(values[i]);
+        *fields[i] = values[i];
+    }
+    return (PyObject *)self;
+}
+
+static int
+BackwardCall_traverse(BackwardCallObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->python);
+    Py_VISIT(self->region);
+    Py_VISIT(self->original);
+    Py_VISIT(self->compiling);
+    Py_VISIT(self->graph_task);
+    Py_VISIT(self->namespace);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+BackwardCall_clear(BackwardCallObject *self)
+{
+    Py_CLEAR(self->python);
+    Py_CLEAR(self->region);
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->compiling);
+    Py_CLEAR(self->graph_task);
+    Py_CLEAR(self->namespace);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+BackwardCall_dealloc(BackwardCallObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    BackwardCall_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef BackwardCall_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject BackwardCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.BackwardCall",
+    .tp_doc = "BackwardCall(python, region, original, compiling, graph_task, namespace): "
+              "hooks/backward.py's wrapper python, its common case in C.",
+    .tp_basicsize = sizeof(BackwardCallObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = BackwardCall_new,
+    .tp_dealloc = (destructor)BackwardCall_dealloc,
+    .tp_traverse = (traverseproc)BackwardCall_traverse,
+    .tp_clear = (inquiry)BackwardCall_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(BackwardCallObject, vectorcall),
+    .tp_dictoffset = offsetof(BackwardCallObject, dict),
+    .tp_getset = BackwardCall_getset,
+};
+
+/* -- optimizer.step(): the common case of hooks/optim.py's guard ------------------------
+ * StepGuard(python, region, call, hooks, own, compiling), bound to the optimizer (it is a
+ * descriptor, as a function is). A step with no arguments, no compiled code around it
+ * (compiling() is None), the region on the host clock and not open on top, neither the
+ * guard (call.running) nor GradScaler.step (hooks._scaled) running already: call.running
+ * and call.guarded set while own() -- or type(optimizer).step(optimizer) when own is None --
+ * runs timed in the region, then, for the ticking optimizer (hooks._ticker),
+ * hooks.on_step() (hooks._tick_outside() if compiled code runs around it by then): what
+ * `python` does then. Every other call is python(optimizer, *args, **kwargs). */
+
+static PyObject *str_running, *str_guarded, *str_scaled, *str_ticker, *str_on_step,
+    *str_tick_outside, *str_step;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *python, *region, *call, *hooks, *own, *compiling;
+    PyObject *dict;
+} StepGuardObject;
+
+/* 1 if obj.name is true, 0 if false, -1 on an error */
+static int
+attr_true(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        return -1;
+    }
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int
+compiled_around(PyObject *compiling)
+{
+    PyObject *r = PyObject_CallNoArgs(compiling);
+    if (r == NULL) {
+        return -1;
+    }
+    int compiled = r != Py_None;
+    Py_DECREF(r);
+    return compiled;
+}
+
+/* 1: the common case; 0: python's; -1: an error */
+static int
+guard_common(StepGuardObject *self, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) ||
+        Py_TYPE(self->region) != cpu_region_type || frame_var == NULL) {
+        return 0;
+    }
+    int r = compiled_around(self->compiling);
+    if (r != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    if ((r = attr_true(self->call, str_running)) != 0 ||
+        (r = attr_true(self->hooks, str_scaled)) != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    PyObject *top = top_get();
+    if (top == NULL) {
+        return -1;
+    }
+    r = is_frame(top) && PyTuple_GET_ITEM(top, 3) != self->region;
+    Py_DECREF(top);
+    return r;
+}
+
+static int
+guard_flags(PyObject *call, PyObject *value)
+{
+    return PyObject_SetAttr(call, str_running, value) < 0 ||
+                   PyObject_SetAttr(call, str_guarded, value) < 0
+               ? -1
+               : 0;
+}
+
+/* the ticking optimizer's step ended: hooks.on_step(), or hooks._tick_outside() */
+static int
+guard_tick(StepGuardObject *self, PyObject *optimizer)
+{
+    PyObject *ticker = PyObject_GetAttr(self->hooks, str_ticker);
+    if (ticker == NULL) {
+        return -1;
+    }
+    int ticking = ticker == optimizer;
+    Py_DECREF(ticker);
+    if (!ticking) {
+        return 0;
+    }
+    int compiled = compiled_around(self->compiling);
+    if (compiled < 0) {
+        return -1;
+    }
+    PyObject *tick = PyObject_GetAttr(self->hooks, compiled ? str_tick_outside : str_on_step);
+    if (tick == NULL) {
+        return -1;
+    }
+    PyObject *r = PyObject_CallNoArgs(tick);
+    Py_DECREF(tick);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+static PyObject *
+guard_run(StepGuardObject *self, PyObject *optimizer)
+{
+    if (guard_flags(self->call, Py_True) < 0) {
+        return NULL;
+    }
+    PyObject *result;
+    if (self->own != Py_None) {
+        result = timed_region_vectorcall((RegionObject *)self->region, self->own, NULL, 0, NULL);
+    }
+    else {
+        PyObject *step = PyObject_GetAttr((PyObject *)Py_TYPE(optimizer), str_step);
+        result = step == NULL ? NULL
+                              : timed_region_vectorcall((RegionObject *)self->region, step,
+                                                        &optimizer, 1, NULL);
+        Py_XDECREF(step);
+    }
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb); /* the step's exception, kept while the flags go down */
+    if (guard_flags(self->call, Py_False) < 0) {
+        if (result != NULL) {
+            Py_DECREF(result);
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            return NULL;
+        }
+        PyErr_Clear();
+    }
+    PyErr_Restore(et, ev, tb);
+    if (result != NULL && guard_tick(self, optimizer) < 0) {
+        Py_CLEAR(result);
+    }
+    return result;
+}
+
+static PyObject *
+StepGuard_vectorcall(StepGuardObject *self, PyObject *const *args, size_t nargsf,
+                     PyObject *kwnames)
+{
+    if (self->python == NULL || self->region == NULL || self->call == NULL ||
+        self->hooks == NULL || self->own == NULL || self->compiling == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "StepGuard used after it was cleared");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    /* held across the call: the step may run any Python code */
+    StepGuardObject *held = self;
+    Py_INCREF(held);
+    PyObject *result;
+    int common = guard_common(self, nargs, kwnames);
+    if (common < 0) {
+        result = NULL;
+    }
+    else if (common) {
+        PyObject *optimizer = args[0];
+        Py_INCREF(optimizer);
+        result = guard_run(self, optimizer);
+        Py_DECREF(optimizer);
+    }
+    else {
+        result = PyObject_Vectorcall(self->python, args, nargsf, kwnames);
+    }
+    Py_DECREF(held);
+    return result;
+}
+
+static PyObject *
+StepGuard_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+StepGuard_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *python, *region, *call, *hooks, *own, *compiling;
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds)) ||
+        !PyArg_ParseTuple(args, "OOOOOO:StepGuard", &python, &region, &call, &hooks, &own,
+                          &compiling)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "StepGuard() takes no keyword arguments");
+        }
+        return NULL;
+    }
+    if (!PyCallable_Check(python) || !PyCallable_Check(compiling) ||
+        !(own == Py_None || PyCallable_Check(own)) || !PyObject_TypeCheck(region, &RegionType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "StepGuard(python, region, call, hooks, own, compiling) needs a callable, "
+                        "a region, two objects, a callable or None, and a callable");
+        return NULL;
+    }
+    StepGuardObject *self = (StepGuardObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = (vectorcallfunc)StepGuard_vectorcall;
+    PyObject **fields[6] = {&self->python, &self->region, &self->call,
+                            &self->hooks,  &self->own,    &self->compiling};
+    PyObject *values[6] = {python, region, call, hooks, own, compiling};
+    for (int i = 0; i < 6; i++) {
+        Py_INCREF(values[i]);
+        *fields[i] = values[i];
+    }
+    return (PyObject *)self;
+}
+
+static int
+StepGuard_traverse(StepGuardObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->python);
+    Py_VISIT(self->region);
+    Py_VISIT(self->call);
+    Py_VISIT(self->hooks);
+    Py_VISIT(self->own);
+    Py_VISIT(self->compiling);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+StepGuard_clear(StepGuardObject *self)
+{
+    Py_CLEAR(self->python);
+    Py_CLEAR(self->region);
+    Py_CLEAR(self->call);
+    Py_CLEAR(self->hooks);
+    Py_CLEAR(self->own);
+    Py_CLEAR(self->compiling);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+StepGuard_dealloc(StepGuardObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    StepGuard_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef StepGuard_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject StepGuardType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.StepGuard",
+    .tp_doc = "StepGuard(python, region, call, hooks, own, compiling): hooks/optim.py's "
+              "guard python, its common case in C; binds like a function.",
+    .tp_basicsize = sizeof(StepGuardObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_new = StepGuard_new,
+    .tp_dealloc = (destructor)StepGuard_dealloc,
+    .tp_traverse = (traverseproc)StepGuard_traverse,
+    .tp_clear = (inquiry)StepGuard_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = StepGuard_get,
+    .tp_vectorcall_offset = offsetof(StepGuardObject, vectorcall),
+    .tp_dictoffset = offsetof(StepGuardObject, dict),
+    .tp_getset = StepGuard_getset,
+};
+
+/* -- the optimizer's step hooks while the guard runs ------------------------------------
+ * StandAside(call, hook): None while call.guarded (the StepGuard times this step), else
+ * hook(*args, **kwargs) -- the first line of hooks/optim.py's step hooks, which then do
+ * nothing; torch calls them around every step. */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *call, *hook;
+} StandAsideObject;
+
+static PyObject *
+StandAside_vectorcall(StandAsideObject *self, PyObject *const *args, size_t nargsf,
+                      PyObject *kwnames)
+{
+    if (self->call == NULL || self->hook == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "StandAside used after it was cleared");
+        return NULL;
+    }
+    int guarded = attr_true(self->call, str_guarded);
+    if (guarded < 0) {
+        return NULL;
+    }
+    if (guarded) {
+        Py_RETURN_NONE;
+    }
+    PyObject *hook = self->hook;
+    Py_INCREF(hook);
+    PyObject *result = PyObject_Vectorcall(hook, args, nargsf, kwnames);
+    Py_DECREF(hook);
+    return result;
+}
+
+static PyObject *
+StandAside_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *call, *hook;
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds)) ||
+        !PyArg_ParseTuple(args, "OO:StandAside", &call, &hook)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "StandAside() takes no keyword arguments");
+        }
+        return NULL;
+    }
+    if (!PyCallable_Check(hook)) {
+        PyErr_SetString(PyExc_TypeError, "StandAside(call, hook) needs a callable hook");
+        return NULL;
+    }
+    StandAsideObject *self = (StandAsideObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = (vectorcallfunc)StandAside_vectorcall;
+    Py_INCREF(call);
+    self->call = call;
+    Py_INCREF(hook);
+    self->hook = hook;
+    return (PyObject *)self;
+}
+
+static int
+StandAside_traverse(StandAsideObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->call);
+    Py_VISIT(self->hook);
+    return 0;
+}
+
+static int
+StandAside_clear(StandAsideObject *self)
+{
+    Py_CLEAR(self->call);
+    Py_CLEAR(self->hook);
+    return 0;
+}
+
+static void
+StandAside_dealloc(StandAsideObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    StandAside_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject StandAsideType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.StandAside",
+    .tp_doc = "StandAside(call, hook): None while call.guarded, else hook(*args, **kwargs).",
+    .tp_basicsize = sizeof(StandAsideObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = StandAside_new,
+    .tp_dealloc = (destructor)StandAside_dealloc,
+    .tp_traverse = (traverseproc)StandAside_traverse,
+    .tp_clear = (inquiry)StandAside_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(StandAsideObject, vectorcall),
+};
+
 /* -- module ---------------------------------------------------------------------------- */
 
 /* The module keeps process-wide state (the bound frame variable, the region classes, the
@@ -2353,6 +3285,25 @@ bind(PyObject *module, PyObject *args)
 }
 
 static PyObject *
+bind_steps(PyObject *module, PyObject *args)
+{
+    PyObject *state, *registry;
+    if (!PyArg_ParseTuple(args, "O!O!:bind_steps", &PyModule_Type, &state, &PyModule_Type,
+                          &registry)) {
+        return NULL;
+    }
+    if (refuse_subinterpreter() < 0) {
+        return NULL;
+    }
+    PyObject *state_dict = PyModule_GetDict(state), *registry_dict = PyModule_GetDict(registry);
+    Py_INCREF(state_dict);
+    Py_XSETREF(steps_state, state_dict);
+    Py_INCREF(registry_dict);
+    Py_XSETREF(steps_registry, registry_dict);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 bucket(PyObject *module, PyObject *arg)
 {
     long long v = PyLong_AsLongLong(arg);
@@ -2370,6 +3321,9 @@ static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS,
      "bind(perf_counter_ns, CpuRegion, SkippedRegion): the clock read directly and the "
      "region classes of the call wrapper."},
+    {"bind_steps", bind_steps, METH_VARARGS,
+     "bind_steps(_state, registry): the modules whose now and stepping_thread a "
+     "StepCounter reads and sets."},
     {"get_top", get_top, METH_NOARGS, "frames._get: the innermost frame of this context."},
     {"set_top", set_top, METH_O, "frames._set: make a frame the innermost of this context."},
     {"use_holders", use_holders, METH_NOARGS,
@@ -2392,7 +3346,10 @@ module_exec(PyObject *m)
     }
     if (PyType_Ready(&NodeType) < 0 || PyType_Ready(&RegionType) < 0 ||
         PyType_Ready(&CallTimerType) < 0 || PyType_Ready(&DispatchType) < 0 ||
-        PyType_Ready(&ActiveType) < 0 || add_region_methods() < 0) {
+        PyType_Ready(&ActiveType) < 0 || PyType_Ready(&StepCounterType) < 0 ||
+        PyType_Ready(&BackwardCallType) < 0 || PyType_Ready(&StepGuardType) < 0 ||
+        PyType_Ready(&StandAsideType) < 0 ||
+        add_region_methods() < 0) {
         return -1;
     }
     if (str_child == NULL) {
@@ -2401,7 +3358,20 @@ module_exec(PyObject *m)
         str_exit_top = PyUnicode_InternFromString("_exit_top");
         str_call = PyUnicode_InternFromString("_call");
         str_drop_innermost = PyUnicode_InternFromString("_drop_innermost");
-        if (!str_child || !str_cpu || !str_exit_top || !str_call || !str_drop_innermost) {
+        str_now = PyUnicode_InternFromString("now");
+        str_stepping_thread = PyUnicode_InternFromString("stepping_thread");
+        str_parent = PyUnicode_InternFromString("_parent");
+        str_running = PyUnicode_InternFromString("running");
+        str_guarded = PyUnicode_InternFromString("guarded");
+        str_scaled = PyUnicode_InternFromString("_scaled");
+        str_ticker = PyUnicode_InternFromString("_ticker");
+        str_on_step = PyUnicode_InternFromString("on_step");
+        str_tick_outside = PyUnicode_InternFromString("_tick_outside");
+        str_step = PyUnicode_InternFromString("step");
+        if (!str_parent || !str_running || !str_guarded || !str_scaled || !str_ticker ||
+            !str_on_step || !str_tick_outside || !str_step ||
+            !str_child || !str_cpu || !str_exit_top || !str_call || !str_drop_innermost ||
+            !str_now || !str_stepping_thread) {
             Py_CLEAR(str_child);
             return -1;
         }
@@ -2412,7 +3382,11 @@ module_exec(PyObject *m)
         PyModule_AddObjectRef(m, "RegionBase", (PyObject *)&RegionType) < 0 ||
         PyModule_AddObjectRef(m, "CallTimer", (PyObject *)&CallTimerType) < 0 ||
         PyModule_AddObjectRef(m, "Dispatch", (PyObject *)&DispatchType) < 0 ||
-        PyModule_AddObjectRef(m, "Active", (PyObject *)&ActiveType) < 0) {
+        PyModule_AddObjectRef(m, "Active", (PyObject *)&ActiveType) < 0 ||
+        PyModule_AddObjectRef(m, "StepCounter", (PyObject *)&StepCounterType) < 0 ||
+        PyModule_AddObjectRef(m, "BackwardCall", (PyObject *)&BackwardCallType) < 0 ||
+        PyModule_AddObjectRef(m, "StepGuard", (PyObject *)&StepGuardType) < 0 ||
+        PyModule_AddObjectRef(m, "StandAside", (PyObject *)&StandAsideType) < 0) {
         return -1;
     }
     return 0;

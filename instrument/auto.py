@@ -410,7 +410,7 @@ def _install(
         undo.append(checkpoint_hooks.install(backward_hooks.anchor))
     if optimizers:
         undo.append(training_hooks.time_clipping(clock))
-        tick: Callable[[], object] = handle.reporter.step
+        tick: Callable[[], object] = handle.reporter.end_step
         if handle.reporter.flops_per_step == "auto":
             meter = FlopMeter(handle.reporter)
             undo.append(meter.cancel)

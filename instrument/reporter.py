@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import numbers
-import threading
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from types import TracebackType
@@ -30,10 +29,11 @@ from instrument.lifecycle import live_reporters as live_reporters
 from instrument.memory import MemorySampler
 from instrument.regions import frames
 from instrument.regions.region import check_level
-from instrument.registry import NodeBase
 from instrument.report import Report, SelfCost
 from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
+from instrument.stepcounter import StepCounter
+from instrument.stepcounter import _check_every as _check_every
 from instrument.throughput import Throughput
 
 logger = logging.getLogger("instrument")
@@ -58,16 +58,6 @@ def count(samples: int | None = None, tokens: int | None = None) -> None:
     hook). May be called several times per step (gradient accumulation)."""
     for reporter in live_reporters():
         reporter.count(samples=samples, tokens=tokens)
-
-
-def _check_every(every: object) -> int | None:
-    if every is None:
-        return None
-    if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
-        raise ValueError(
-            f"every must be a positive int (steps between flushes) or None, got {every!r}"
-        )
-    return every
 
 
 def _check_normalizer(normalizer: object) -> float | str:
@@ -193,7 +183,7 @@ class Reporter:
         straggler_threshold: float = 0.8,
         straggler_intervals: int = 3,
     ) -> None:
-        self.every = _check_every(every)
+        every = _check_every(every)
         #: Set by ``instrument.auto``: its optimizer hook ends the steps, so
         #: ``instrument.step()`` only adds counts (see :func:`step_from_user`).
         self.ticked_by_optimizer = False
@@ -206,8 +196,11 @@ class Reporter:
         self.barrier_group = checks.check_process_group("barrier_group", barrier_group)
         self.barrier_timeout = checks.check_timeout("barrier_timeout", barrier_timeout)
         if warmup is None:
-            warmup = 2 if self.every is None else min(2, self.every - 1)
-        self.warmup = _check_count("warmup", warmup) or 0
+            warmup = 2 if every is None else min(2, every - 1)
+        # the steps: when each ended, which were warm-up, when a flush is due
+        self._counter = StepCounter(
+            every, _check_count("warmup", warmup) or 0, self._add_counts, self._due
+        )
         self.flops_per_step = _check_flops(flops_per_step)
         if peak_flops is not None and not isinstance(_check_flops(peak_flops), float):
             raise ValueError(f"peak_flops must be a number > 0 or None, got {peak_flops!r}")
@@ -230,21 +223,14 @@ class Reporter:
         self._index = 0
         self._closed = False
         self._exiting = False  # set by the flush at interpreter exit
-        self._run_steps = 0  # steps of earlier intervals (for warm-up)
-        self._pending: list[int | None] | None = None  # samples, tokens of the open step
-        self._step_times = NodeBase()  # the interval's step times (its take() resets it)
-        self._last_tick = _state.now()
         self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
         self._start_interval()
         config.refresh_auto_clock()
         lifecycle.track(self)
 
     def _start_interval(self) -> None:
-        """Begin a new interval: no steps, counts or step times yet (the open step's counts
-        and the last tick carry over: a step spans the flush)."""
-        self._steps = 0
-        self._warm_steps = 0  # steps of this interval left out of throughput (warm-up)
-        self._counted_ns = 0  # the time of the others
+        """Begin a new interval: no counts yet (the steps' counter starts its own; the open
+        step's counts and the last tick carry over: a step spans the flush)."""
         self._samples: int | None = None  # what they counted (None: nothing)
         self._tokens: int | None = None
         self._start_wall = clocks.wall_time()
@@ -262,15 +248,42 @@ class Reporter:
             self._sinks = (*self._sinks, adapted)
 
     @property
+    def every(self) -> int | None:
+        """Flush at each multiple of this many steps of the run (None: only on demand)."""
+        return self._counter.every  # type: ignore[no-any-return]
+
+    @every.setter
+    def every(self, every: int | None) -> None:
+        self._counter.every = every
+
+    @property
+    def warmup(self) -> int:
+        """Steps at the start of the run left out of throughput."""
+        return self._counter.warmup  # type: ignore[no-any-return]
+
+    @warmup.setter
+    def warmup(self, warmup: int) -> None:
+        self._counter.warmup = warmup
+
+    @property
     def steps(self) -> int:
         """Steps marked in the current interval."""
-        return self._steps
+        return self._counter.steps  # type: ignore[no-any-return]
+
+    @property
+    def end_step(self) -> Any:
+        """``step()`` without counts, as one callable: what ``instrument.auto``'s optimizer
+        step calls. The step counter itself (C where built: no Python frame per step), or a
+        ``step`` set on this reporter's instance (an integration's, e.g. Lightning's, which
+        holds ticks inside ``training_step``)."""
+        own = vars(self).get("step")
+        return self._counter if own is None else own
 
     def count(self, samples: int | None = None, tokens: int | None = None) -> None:
         """Add samples and tokens to the current step without ending it."""
-        pending = self._pending
+        pending = self._counter.pending
         if pending is None:
-            pending = self._pending = [None, None]
+            pending = self._counter.pending = [None, None]
         for i, (name, value) in enumerate((("samples", samples), ("tokens", tokens))):
             if value is not None:
                 pending[i] = (pending[i] or 0) + (_check_count(name, value) or 0)
@@ -279,32 +292,18 @@ class Reporter:
         """Mark the end of one iteration (with the samples and tokens it consumed, if given);
         flush (and return the report) at every multiple of ``every`` steps of the run
         (``every`` steps apart, unless you flushed in between)."""
-        now = _state.now()
-        registry.stepping_thread = threading.get_ident()
         if samples is not None or tokens is not None:
             self.count(samples, tokens)
-        spent = now - self._last_tick
-        self._last_tick = now
-        self._step_times.add(spent)
-        if self._run_steps + self._steps < self.warmup:
-            self._warm_steps += 1
-            self._pending = None
-        else:
-            self._counted_ns += spent
-            if self._pending is not None:
-                self._add_counts()
-        self._steps += 1
-        # at every multiple of `every` in the run (every `every` steps, and after a flush of
-        # your own at the next multiple: ranks that flushed once more meet again there)
-        every = self.every
-        if every is not None and (self._run_steps + self._steps) % every == 0:
-            return self.flush()
-        return None
+        return self._counter()  # type: ignore[no-any-return]
+
+    def _due(self) -> Report:
+        """A flush is due (the step counter's ``on_due``)."""
+        return self.flush()
 
     def _add_counts(self) -> None:
         """Add the ended step's samples and tokens to the interval's."""
-        samples, tokens = self._pending or (None, None)
-        self._pending = None
+        samples, tokens = self._counter.pending or (None, None)
+        self._counter.pending = None
         if samples is not None:
             self._samples = (self._samples or 0) + samples
         if tokens is not None:
@@ -323,13 +322,14 @@ class Reporter:
         peak = self.peak_flops
         if peak is None and flops is not None and clocks.cuda_ready():
             peak = peaks.device_peak_flops(self.peak_dtype)
-        _warn_unmeasured(self, flops, peak, self._run_steps + self._steps)
+        counter = self._counter
+        _warn_unmeasured(self, flops, peak, counter.run_steps + counter.steps)
         return throughput.compute(
-            self._steps - self._warm_steps,
-            self._counted_ns,
+            counter.steps - counter.warm_steps,
+            counter.counted_ns,
             samples=self._samples,
             tokens=self._tokens,
-            warmup_steps=self._warm_steps,
+            warmup_steps=counter.warm_steps,
             flops_per_step=flops,
             peak_flops=peak,
         )
@@ -352,7 +352,7 @@ class Reporter:
         region_ns = selfcost.region_ns()  # calibrated at the first flush: its time counted
         hooked_ns = selfcost.hook_ns()  # likewise, at the first flush after auto()
         collected = registry.collect(registry.open_calls(frames._get()))
-        steps, step_time = self._steps, self._step_times.take()
+        step_time = self._counter.times.take()
         rates = self._throughput()
         memory = self._memory.sample() if self._memory is not None else {}
         regions, hooked = selfcost.count(collected)
@@ -365,7 +365,7 @@ class Reporter:
             hooked=hooked,
             hooked_ns=hooked_ns,
         )
-        self._run_steps += steps
+        steps = self._counter.end_interval()
         start_wall = self._start_wall
         self._start_interval()
         self._start_ns = entered
@@ -377,7 +377,7 @@ class Reporter:
             normalizer=self.normalizer,
             level=self.level,
             index=self._index,
-            step=self._run_steps,
+            step=self._counter.run_steps,
             start_time=start_wall,
             end_time=self._start_wall,
             throughput=rates,
@@ -427,10 +427,10 @@ class Reporter:
         self._closed = True
         lifecycle.forget(self)
         report = None
-        if flush and (self._steps or any(node.has_records() for node in registry.walk())):
+        if flush and (self._counter.steps or any(node.has_records() for node in registry.walk())):
             report = self.flush()
         if self.ranks != "local":  # none waits for this one (also at interpreter exit)
-            agree.closed(self._run_steps + self._steps, self.group)
+            agree.closed(self._counter.run_steps + self._counter.steps, self.group)
         for sink in self._sinks:
             try:
                 sink.close()

@@ -177,6 +177,43 @@ def c_only_probes() -> None:
     probe("Dispatch({}, 5)('x')", lambda: speedups.Dispatch({}, 5)("x"))
     probe("Dispatch({'x': 1}, len)('x')", lambda: speedups.Dispatch({"x": 1}, len)("x"))
     probe("Dispatch({}, len)([1])", lambda: speedups.Dispatch({}, len)([1]))
+    steps = speedups.StepCounter
+    probe("bind_steps(1, 2)", lambda: speedups.bind_steps(1, 2))
+    probe("StepCounter()", lambda: steps())
+    probe("StepCounter(0, 0, len, len)", lambda: steps(0, 0, len, len))
+    probe("StepCounter(None, 0, 5, len)", lambda: steps(None, 0, 5, len))
+    probe("StepCounter(None, 0, len, len)(1)", lambda: steps(None, 0, len, len)(1))
+    probe("StepCounter(uninitialized)()", lambda: steps.__new__(steps)())
+    probe("StepCounter(uninitialized).times", lambda: steps.__new__(steps).times)
+    probe("StepCounter(...).warmup = 'x'", lambda: setattr(steps(1, 0, len, len), "warmup", "x"))
+    probe("BackwardCall()", lambda: speedups.BackwardCall())
+    probe(
+        "BackwardCall(len, 5, len, len, len, {})",
+        lambda: speedups.BackwardCall(len, 5, len, len, len, {}),
+    )
+    probe(
+        "BackwardCall(len, r, len, len, len, [])",
+        lambda: speedups.BackwardCall(len, r, len, len, len, []),
+    )
+    probe(
+        "BackwardCall(len, r, len, none, 'x', {})()",
+        lambda: speedups.BackwardCall(len, r, len, lambda: None, lambda: "x", {})(),
+    )
+    guard = speedups.StepGuard
+    none = lambda: None  # noqa: E731
+    probe("StepGuard()", lambda: guard())
+    probe("StepGuard(len, 5, 1, 2, None, len)", lambda: guard(len, 5, 1, 2, None, len))
+    probe("StepGuard(len, r, 1, 2, 3, len)", lambda: guard(len, r, 1, 2, 3, len))
+    probe("StepGuard(len, r, 1, 2, None, len)(5)", lambda: guard(len, r, 1, 2, None, len)(5))
+    probe("StepGuard(len, r, 1, 2, None, none)(5)", lambda: guard(len, r, 1, 2, None, none)(5))
+    probe("StepGuard(len, r, 1, 2, None, none)()", lambda: guard(len, r, 1, 2, None, none)())
+    probe("StandAside()", lambda: speedups.StandAside())
+    probe("StandAside(5, 5)", lambda: speedups.StandAside(5, 5))
+    probe("StandAside(5, len)(1)", lambda: speedups.StandAside(5, len)(1))
+    probe(
+        "BackwardCall(..., namespace=x)(1, k=2)",
+        lambda: speedups.BackwardCall(len, r, len, len, len, {}, namespace={}),
+    )
 
 
 SECTIONS = {

@@ -796,7 +796,8 @@ def test_module_forward_enters_its_region_through_the_c_call_path(sink: InMemory
 
 def test_optimizer_ticks_the_reporter_directly_after_the_first_steps(sink: InMemory) -> None:
     """The first steps' check that the model's forward was seen hands its tick over once
-    decided: the later steps' post hook calls the reporter's ``step`` itself."""
+    decided: the later steps' optimizer step calls the reporter's step counter itself
+    (``end_step``: ``step()`` without counts, C where built)."""
     model = nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     handle = instrument.auto(model, opt, every=None, sinks=[sink], collectives=False)
@@ -806,7 +807,7 @@ def test_optimizer_ticks_the_reporter_directly_after_the_first_steps(sink: InMem
         model(torch.zeros(1, 2)).sum().backward()
         opt.step()
         opt.zero_grad()
-    assert hooks.on_step == handle.reporter.step
+    assert hooks.on_step is handle.reporter.end_step
     assert handle.reporter.steps == 2
     handle.remove()
 

@@ -38,6 +38,11 @@ _C_NAMES = {
     "bool",
     "Dispatch",
     "take_tree",
+    "bind_steps",
+    "StepCounter",
+    "BackwardCall",
+    "StepGuard",
+    "StandAside",
 }
 
 

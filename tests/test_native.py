@@ -104,6 +104,7 @@ def test_core_suite_passes_on_the_pure_python_path() -> None:
         "tests/test_open_regions.py",
         "tests/test_cuda_seam.py",
         "tests/test_auto.py",
+        "tests/test_stepcounter.py",
     ]
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],

@@ -10,8 +10,10 @@ from typing import Any
 import torch
 
 from instrument import registry
+from instrument.hooks import eager as eager_hooks
 from instrument.hooks import patches
 from instrument.hooks.eager import outside
+from instrument.regions import native
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import _get
 from instrument.regions.region import region_for
@@ -60,6 +62,9 @@ def install(clock: object = None) -> Callable[[], None]:
             return timed(*args, **kwargs)
 
         eager = outside(backward)
-        return backward
+        # with C: one call that does what ``backward`` does when nothing is compiled
+        return native.backward_call(
+            backward, region, original, eager_hooks.compile_callback, _graph_task, globals()
+        )
 
     return patches.patch(torch.autograd, "backward", make)

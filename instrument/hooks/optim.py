@@ -38,6 +38,7 @@ import wrapt
 from instrument import clocks, observe
 from instrument.hooks import eager, patches
 from instrument.hooks.eager import outside
+from instrument.regions import native
 from instrument.regions.decorators import decorate
 from instrument.regions.frames import Frame, _close, _get, _set, abandon
 from instrument.regions.region import region_for
@@ -137,10 +138,10 @@ class OptimizerHooks:
                 )
             _tracked[opt] = self
             call = _Call()
-            self._undo.append(opt.register_step_pre_hook(functools.partial(self._pre, call)).remove)
-            self._undo.append(
-                opt.register_step_post_hook(functools.partial(self._post, call)).remove
-            )
+            pre = native.stand_aside(call, functools.partial(self._pre, call))
+            post = native.stand_aside(call, functools.partial(self._post, call))
+            self._undo.append(opt.register_step_pre_hook(pre).remove)
+            self._undo.append(opt.register_step_post_hook(post).remove)
             self._undo.append(patches.put_on_instance(opt, "step", _guard(opt, call, self)))
             timed_zero_grad = decorate(opt.zero_grad, zero_grad)
             self._undo.append(patches.put_on_instance(opt, "zero_grad", timed_zero_grad))
@@ -334,6 +335,7 @@ def _guard(opt: torch.optim.Optimizer, call: _Call, hooks: OptimizerHooks) -> ty
     so an LR scheduler created later can wrap it (torch's takes ``opt.step.__func__``)."""
     own = vars(opt).get("step")
     region = hooks._region
+    compile_callback = eager.compile_callback
 
     def run(self: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if own is None:
@@ -362,13 +364,18 @@ def _guard(opt: torch.optim.Optimizer, call: _Call, hooks: OptimizerHooks) -> ty
         finally:
             call.running = call.guarded = False
         region.__exit__(None, None, None)
-        if self is hooks._ticker:
-            hooks._end_iteration()
+        if self is hooks._ticker:  # hooks._end_iteration(), inline (a frame less per step)
+            if compile_callback() is None:
+                hooks.on_step()
+            else:
+                hooks._tick_outside()
         return result
 
     if own is not None:  # what torch's LR scheduler marks its wrapper with, and the like
         step.__dict__.update(getattr(own, "__dict__", {}))
-    return types.MethodType(step, opt)
+    # with C: one call that does what ``step`` does in a plain eager step
+    fast = native.step_guard(step, region, call, hooks, own, compile_callback)
+    return types.MethodType(fast, opt)
 
 
 def _forget(opt: torch.optim.Optimizer) -> Callable[[], None]:

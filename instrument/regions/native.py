@@ -19,7 +19,14 @@ is loaded and leaves the Python definition in place otherwise (no extension buil
   subclasses of wrapt's C ``FunctionWrapper`` made by ``timed_function_types``, whose call
   times the function directly instead of through wrapt's generic wrapper call;
 - ``timed`` itself (:func:`fast_timed`): ``Dispatch``, which answers ``timed("name")`` for a
-  cached region without a Python-level call.
+  cached region without a Python-level call;
+- ``torch.autograd.backward`` timed by ``auto`` (:func:`backward_call`): ``BackwardCall``,
+  the wrapper of :mod:`instrument.hooks.backward` when nothing is compiled around it;
+- ``optimizer.step`` timed by ``auto`` (:func:`step_guard`): ``StepGuard``, the guard of
+  :mod:`instrument.hooks.optim` in a plain eager step;
+- the optimizer's step hooks while that guard runs (:func:`stand_aside`): ``StandAside``;
+- a reporter's steps (:func:`step_counter`): ``StepCounter``, the state machine of
+  :mod:`instrument.stepcounter` (ended by ``auto``'s optimizer step without a Python frame).
 """
 
 from __future__ import annotations
@@ -109,3 +116,58 @@ def fast_timed(timed: F, by_name: dict[str, Any]) -> F:
     if speedups is None:
         return timed
     return functools.update_wrapper(speedups.Dispatch(by_name, timed), timed)  # type: ignore[return-value]
+
+
+def step_counter(python: type, state: types.ModuleType, registry: types.ModuleType) -> type:
+    """The class counting a reporter's steps: ``python`` or the C ``StepCounter``, bound to
+    the modules whose clock (``state.now``) and ``registry.stepping_thread`` it uses."""
+    if speedups is None:
+        return python
+    speedups.bind_steps(state, registry)
+    return speedups.StepCounter  # type: ignore[no-any-return]
+
+
+def backward_call(
+    python: F,
+    region: object,
+    original: object,
+    compiling: Callable[[], object],
+    graph_task: Callable[[], int],
+    namespace: dict[str, Any],
+) -> F:
+    """``python`` (``auto``'s ``backward`` wrapper), or with C a ``BackwardCall`` doing what it
+    does when ``compiling()`` is None (no compiled code runs around it): a call outside
+    ``region`` and autograd's engine (``graph_task() == -1``) sets ``namespace["_parent"]``
+    and times ``original`` in the host-clock ``region``; any other call is ``python``'s."""
+    if speedups is None:
+        return python
+    fast = speedups.BackwardCall(python, region, original, compiling, graph_task, namespace)
+    return functools.update_wrapper(fast, python)  # type: ignore[return-value]
+
+
+def step_guard(
+    python: F,
+    region: object,
+    call: object,
+    hooks: object,
+    own: Callable[..., Any] | None,
+    compiling: Callable[[], object],
+) -> F:
+    """``python`` (``auto``'s ``optimizer.step`` guard), or with C a ``StepGuard`` doing what
+    it does for a step without arguments while ``compiling()`` is None, ``region`` is on the
+    host clock and not open, and neither ``call.running`` nor ``hooks._scaled`` is set:
+    ``call.running`` and ``call.guarded`` set around ``own()`` (or the class's ``step``)
+    timed in ``region``, then ``hooks.on_step()`` after the ticking optimizer's step; any
+    other call is ``python``'s. Binds like a function."""
+    if speedups is None:
+        return python
+    fast = speedups.StepGuard(python, region, call, hooks, own, compiling)
+    return functools.update_wrapper(fast, python)  # type: ignore[return-value]
+
+
+def stand_aside(call: object, hook: F) -> F:
+    """``hook`` (an optimizer step hook of ``auto``, which does nothing while ``call.guarded``),
+    or with C a ``StandAside`` returning None then without calling it."""
+    if speedups is None:
+        return hook
+    return speedups.StandAside(call, hook)  # type: ignore[no-any-return]
