@@ -2873,6 +2873,60 @@ compiled_around(PyObject *compiling)
     return compiled;
 }
 
+/* -- one optimizer's step() call, as its guard sees it (hooks/optim.py's _PyCall) ---------
+ * running, guarded, entered (bools) and nested (an int): read and set in place by StepGuard
+ * and StandAside, and as attributes by the Python hooks. */
+
+typedef struct {
+    PyObject_HEAD
+    char running, guarded, entered;
+    Py_ssize_t nested;
+} StepCallObject;
+
+static PyTypeObject StepCallType;
+
+static PyMemberDef StepCall_members[] = {
+    {"running", T_BOOL, offsetof(StepCallObject, running), 0, "The guard's step is running."},
+    {"guarded", T_BOOL, offsetof(StepCallObject, guarded), 0,
+     "The guard times this step itself (the step hooks stand aside)."},
+    {"entered", T_BOOL, offsetof(StepCallObject, entered), 0,
+     "The pre hook opened the region in this call."},
+    {"nested", T_PYSSIZET, offsetof(StepCallObject, nested), 0,
+     "Nested runs of the hooks open (a subclass's super().step())."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *
+StepCall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "StepCall() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0);
+}
+
+static PyTypeObject StepCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrument._speedups.StepCall",
+    .tp_doc = "StepCall(): one optimizer's step() call as its guard sees it.",
+    .tp_basicsize = sizeof(StepCallObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = StepCall_new,
+    .tp_members = StepCall_members,
+};
+
+/* call.<flag> (str_running or str_guarded): 1, 0, or -1 on an error */
+static int
+call_flag(PyObject *call, PyObject *name)
+{
+    if (Py_IS_TYPE(call, &StepCallType)) {
+        StepCallObject *c = (StepCallObject *)call;
+        return name == str_running ? c->running : c->guarded;
+    }
+    return attr_true(call, name);
+}
+
 /* 1: the common case; 0: python's; -1: an error */
 static int
 guard_common(StepGuardObject *self, Py_ssize_t nargs, PyObject *kwnames)
@@ -2885,7 +2939,7 @@ guard_common(StepGuardObject *self, Py_ssize_t nargs, PyObject *kwnames)
     if (r != 0) {
         return r < 0 ? -1 : 0;
     }
-    if ((r = attr_true(self->call, str_running)) != 0 ||
+    if ((r = call_flag(self->call, str_running)) != 0 ||
         (r = attr_true(self->hooks, str_scaled)) != 0) {
         return r < 0 ? -1 : 0;
     }
@@ -2901,6 +2955,10 @@ guard_common(StepGuardObject *self, Py_ssize_t nargs, PyObject *kwnames)
 static int
 guard_flags(PyObject *call, PyObject *value)
 {
+    if (Py_IS_TYPE(call, &StepCallType)) {
+        ((StepCallObject *)call)->running = ((StepCallObject *)call)->guarded = value == Py_True;
+        return 0;
+    }
     return PyObject_SetAttr(call, str_running, value) < 0 ||
                    PyObject_SetAttr(call, str_guarded, value) < 0
                ? -1
@@ -3122,7 +3180,7 @@ StandAside_vectorcall(StandAsideObject *self, PyObject *const *args, size_t narg
         PyErr_SetString(PyExc_RuntimeError, "StandAside used after it was cleared");
         return NULL;
     }
-    int guarded = attr_true(self->call, str_guarded);
+    int guarded = call_flag(self->call, str_guarded);
     if (guarded < 0) {
         return NULL;
     }
@@ -3348,7 +3406,7 @@ module_exec(PyObject *m)
         PyType_Ready(&CallTimerType) < 0 || PyType_Ready(&DispatchType) < 0 ||
         PyType_Ready(&ActiveType) < 0 || PyType_Ready(&StepCounterType) < 0 ||
         PyType_Ready(&BackwardCallType) < 0 || PyType_Ready(&StepGuardType) < 0 ||
-        PyType_Ready(&StandAsideType) < 0 ||
+        PyType_Ready(&StandAsideType) < 0 || PyType_Ready(&StepCallType) < 0 ||
         add_region_methods() < 0) {
         return -1;
     }
@@ -3386,7 +3444,8 @@ module_exec(PyObject *m)
         PyModule_AddObjectRef(m, "StepCounter", (PyObject *)&StepCounterType) < 0 ||
         PyModule_AddObjectRef(m, "BackwardCall", (PyObject *)&BackwardCallType) < 0 ||
         PyModule_AddObjectRef(m, "StepGuard", (PyObject *)&StepGuardType) < 0 ||
-        PyModule_AddObjectRef(m, "StandAside", (PyObject *)&StandAsideType) < 0) {
+        PyModule_AddObjectRef(m, "StandAside", (PyObject *)&StandAsideType) < 0 ||
+        PyModule_AddObjectRef(m, "StepCall", (PyObject *)&StepCallType) < 0) {
         return -1;
     }
     return 0;

@@ -43,6 +43,7 @@ _C_NAMES = {
     "BackwardCall",
     "StepGuard",
     "StandAside",
+    "StepCall",
 }
 
 

@@ -183,3 +183,18 @@ def test_a_step_past_the_guard_is_timed_by_the_hooks() -> None:
         assert report.steps == 2
     finally:
         handle.remove()
+
+
+def test_the_call_state_starts_clear_and_holds_what_the_hooks_set() -> None:
+    """``_Call`` (C ``StepCall`` where built, the Python class otherwise): the flags and the
+    nesting count the Python hooks set, read back as set."""
+    from instrument.hooks.optim import _Call, _PyCall
+
+    for cls in {_Call, _PyCall}:
+        call = cls()
+        assert (call.running, call.guarded, call.entered, call.nested) == (False, False, False, 0)
+        call.running = call.guarded = call.entered = True
+        call.nested += 2
+        assert (call.running, call.guarded, call.entered, call.nested) == (True, True, True, 2)
+        with pytest.raises(AttributeError):
+            call.other = 1

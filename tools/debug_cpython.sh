@@ -67,6 +67,9 @@ core=(
     tests/test_reporter.py
     tests/test_cuda_seam.py
     tests/test_auto.py
+    tests/test_stepcounter.py
+    tests/test_step_guard.py
+    tests/test_backward_call.py
 )
 if [ $# -gt 0 ]; then
     core=("$@")

@@ -24,7 +24,8 @@ is loaded and leaves the Python definition in place otherwise (no extension buil
   the wrapper of :mod:`instrument.hooks.backward` when nothing is compiled around it;
 - ``optimizer.step`` timed by ``auto`` (:func:`step_guard`): ``StepGuard``, the guard of
   :mod:`instrument.hooks.optim` in a plain eager step;
-- the optimizer's step hooks while that guard runs (:func:`stand_aside`): ``StandAside``;
+- the optimizer's step hooks while that guard runs (:func:`stand_aside`): ``StandAside``,
+  and the call state both read (:func:`step_call`): ``StepCall``;
 - a reporter's steps (:func:`step_counter`): ``StepCounter``, the state machine of
   :mod:`instrument.stepcounter` (ended by ``auto``'s optimizer step without a Python frame).
 """
@@ -171,3 +172,10 @@ def stand_aside(call: object, hook: F) -> F:
     if speedups is None:
         return hook
     return speedups.StandAside(call, hook)  # type: ignore[no-any-return]
+
+
+def step_call(python: type) -> type:
+    """The class of an optimizer's step-call state (``running``, ``guarded``, ``entered``,
+    ``nested``): ``python``, or the C ``StepCall`` whose flags the C guard and step hooks
+    read in place."""
+    return python if speedups is None else speedups.StepCall
