@@ -1104,11 +1104,13 @@ top_swap(PyThreadState *ts, PyObject *value, PyObject *frame)
 static int
 top_set(PyObject *frame)
 {
-    PyObject *value;
-    if (PyContextVar_Get(frame_var, NULL, &value) < 0) {
+    PyThreadState *ts = PyThreadState_Get();
+    PyObject *value, *top = top_read(ts, &value); /* (PyContextVar_Get's cache, inline) */
+    if (top == NULL) {
         return -1;
     }
-    int rc = top_swap(PyThreadState_Get(), value, frame);
+    Py_DECREF(top);
+    int rc = top_swap(ts, value, frame);
     Py_DECREF(value);
     return rc;
 }
