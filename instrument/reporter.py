@@ -273,11 +273,12 @@ class Reporter:
     @property
     def end_step(self) -> Any:
         """``step()`` without counts, as one callable: what ``instrument.auto``'s optimizer
-        step calls. The step counter itself (C where built: no Python frame per step), or a
-        ``step`` set on this reporter's instance (an integration's, e.g. Lightning's, which
-        holds ticks inside ``training_step``)."""
-        own = vars(self).get("step")
-        return self._counter if own is None else own
+        step calls. The step counter itself (C where built: no Python frame per step) while
+        ``step`` is this class's; a ``step`` of a subclass or set on the instance (an
+        integration's, e.g. Lightning's, which holds ticks inside ``training_step``) is
+        called instead."""
+        step = self.step
+        return self._counter if getattr(step, "__func__", None) is Reporter.step else step
 
     def count(self, samples: int | None = None, tokens: int | None = None) -> None:
         """Add samples and tokens to the current step without ending it."""

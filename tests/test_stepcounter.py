@@ -262,6 +262,36 @@ def test_reporters_count_steps_with_the_c_class_where_built() -> None:
     reporter.close(flush=False)
 
 
+def test_auto_ticks_a_step_of_a_subclass_or_set_on_the_instance() -> None:
+    """``end_step`` is the counter only while ``step`` is ``Reporter.step``: a subclass's
+    ``step`` (or one an integration sets on the instance) is what ``auto`` calls."""
+
+    class Counting(instrument.Reporter):
+        ticks = 0
+
+        def step(self, samples: int | None = None, tokens: int | None = None) -> Any:
+            Counting.ticks += 1
+            return super().step(samples, tokens)
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    reporter = Counting(every=None, sinks=[])
+    seen: list[int] = []
+    reporter.step = lambda *a, **k: seen.append(1)  # type: ignore[method-assign]
+    assert reporter.end_step is reporter.step
+    del reporter.step
+    handle = instrument.auto(model, opt, reporter=reporter, collectives=False)
+    try:
+        for _ in range(3):
+            model(torch.zeros(1, 2)).sum().backward()
+            opt.step()
+        assert Counting.ticks == 3
+        assert reporter.steps == 3
+    finally:
+        handle.remove()
+        reporter.close(flush=False)
+
+
 def test_auto_ends_a_step_without_a_python_frame_of_the_reporter() -> None:
     """After the first steps, ``auto``'s optimizer step calls the step counter itself: on
     the C path no Python code of the reporter or the counter runs in a step that does not

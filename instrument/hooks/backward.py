@@ -10,9 +10,8 @@ from typing import Any
 import torch
 
 from instrument import registry
-from instrument.hooks import eager as eager_hooks
 from instrument.hooks import patches
-from instrument.hooks.eager import outside
+from instrument.hooks.eager import compile_callback, outside
 from instrument.regions import native
 from instrument.regions.decorators import direct_call, in_region
 from instrument.regions.frames import _get
@@ -64,7 +63,7 @@ def install(clock: object = None) -> Callable[[], None]:
         eager = outside(backward)
         # with C: one call that does what ``backward`` does when nothing is compiled
         return native.backward_call(
-            backward, region, original, eager_hooks.compile_callback, _graph_task, globals()
+            backward, region, original, compile_callback, _graph_task, globals()
         )
 
     return patches.patch(torch.autograd, "backward", make)

@@ -333,16 +333,17 @@ else:
 def _guard(opt: torch.optim.Optimizer, call: _Call, hooks: OptimizerHooks) -> types.MethodType:
     """``opt.step``, which times the step itself: the ``optimizer`` region around the call,
     the closure timed, the region closed (recorded as raised) if the step raises, then the
-    iteration ended — one frame of instrument's per step, where the step hooks were two
-    more; they stand aside while it runs. Nested, compiled (Dynamo traces this) or inside
-    ``GradScaler.step``, the hooks time the step instead (:meth:`OptimizerHooks._hooked_step`).
+    iteration ended; the step hooks stand aside while it runs. Nested, compiled (Dynamo
+    traces this) or inside ``GradScaler.step``, the hooks time the step instead
+    (:meth:`OptimizerHooks._hooked_step`). With C, a plain eager step is one C call
+    (``StepGuard``, :func:`instrument.regions.native.step_guard`), which hands every other
+    call to the Python ``step`` below.
 
     It calls what ``opt.step`` was when guarded: the instance's own ``step`` if it had one
     (an LR scheduler's wrapper), else the class's, looked up at call time. A bound method,
     so an LR scheduler created later can wrap it (torch's takes ``opt.step.__func__``)."""
     own = vars(opt).get("step")
     region = hooks._region
-    compile_callback = eager.compile_callback
 
     def run(self: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if own is None:
@@ -362,26 +363,21 @@ def _guard(opt: torch.optim.Optimizer, call: _Call, hooks: OptimizerHooks) -> ty
                 abandon(region)  # a step that raised outside its guard: no post hook ran
             region.__enter__()
             try:
-                result = (
-                    type(self).step(self, *args, **kwargs) if own is None else own(*args, **kwargs)
-                )
+                result = run(self, args, kwargs)
             except BaseException as error:
                 hooks._raised(error)
                 raise
         finally:
             call.running = call.guarded = False
         region.__exit__(None, None, None)
-        if self is hooks._ticker:  # hooks._end_iteration(), inline (a frame less per step)
-            if compile_callback() is None:
-                hooks.on_step()
-            else:
-                hooks._tick_outside()
+        if self is hooks._ticker:
+            hooks._end_iteration()
         return result
 
     if own is not None:  # what torch's LR scheduler marks its wrapper with, and the like
         step.__dict__.update(getattr(own, "__dict__", {}))
     # with C: one call that does what ``step`` does in a plain eager step
-    fast = native.step_guard(step, region, call, hooks, own, compile_callback)
+    fast = native.step_guard(step, region, call, hooks, own, eager.compile_callback)
     return types.MethodType(fast, opt)
 
 
