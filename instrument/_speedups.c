@@ -2636,6 +2636,87 @@ static PyTypeObject StepCounterType = {
     .tp_methods = StepCounter_methods,
 };
 
+/* -- auto's per-step hooks in C (BackwardCall, StepGuard): their shared layout ----------
+ * Each keeps six references, set once by its constructor, then a __dict__ (for
+ * functools.update_wrapper), right after its vectorcall slot: HookObject is that layout,
+ * and one maker, traverse, clear and dealloc serve both (their structs name the six). */
+
+#define HOOK_REFS 6
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *refs[HOOK_REFS + 1]; /* the six, then __dict__ */
+} HookObject;
+
+/* A new hook of `type` holding `values` (new references taken), called by `call`. */
+static PyObject *
+hook_make(PyTypeObject *type, PyObject *const values[HOOK_REFS], vectorcallfunc call)
+{
+    HookObject *self = (HookObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = call;
+    for (int i = 0; i < HOOK_REFS; i++) {
+        Py_INCREF(values[i]);
+        self->refs[i] = values[i];
+    }
+    return (PyObject *)self;
+}
+
+/* 1 (with a RuntimeError naming the hook) if the collector has cleared it */
+static int
+hook_cleared(PyObject *self, const char *name)
+{
+    for (int i = 0; i < HOOK_REFS; i++) {
+        if (((HookObject *)self)->refs[i] == NULL) {
+            PyErr_Format(PyExc_RuntimeError, "%s used after it was cleared", name);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int
+hook_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    for (int i = 0; i <= HOOK_REFS; i++) {
+        Py_VISIT(((HookObject *)self)->refs[i]);
+    }
+    return 0;
+}
+
+static int
+hook_clear(PyObject *self)
+{
+    for (int i = 0; i <= HOOK_REFS; i++) {
+        Py_CLEAR(((HookObject *)self)->refs[i]);
+    }
+    return 0;
+}
+
+static void
+hook_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    hook_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyGetSetDef hook_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* the six references of a hook's struct, then its dict, laid out as HookObject's */
+#define HOOK_LAYOUT(T, first, dict)                                                        \
+    _Static_assert(offsetof(T, first) == offsetof(HookObject, refs) &&                     \
+                       offsetof(T, dict) == offsetof(HookObject, refs) +                   \
+                                                HOOK_REFS * sizeof(PyObject *) &&          \
+                       sizeof(T) == sizeof(HookObject),                                    \
+                   #T " is not laid out as HookObject")
+
 /* -- backward(): the common case of hooks/backward.py's wrapper ------------------------
  * BackwardCall(python, region, original, compiling, graph_task, namespace). A call made
  * with no compiled code around it (compiling() is None), the region on the host clock, not
@@ -2655,6 +2736,8 @@ typedef struct {
     PyObject *python, *region, *original, *compiling, *graph_task, *namespace;
     PyObject *dict;
 } BackwardCallObject;
+
+HOOK_LAYOUT(BackwardCallObject, python, dict);
 
 /* 1: the common case, with `*top` the innermost frame (a new reference); 0: python's
  * (or original's, `*top` NULL and `*inside` set); -1: an error */
@@ -2705,9 +2788,7 @@ static PyObject *
 BackwardCall_vectorcall(BackwardCallObject *self, PyObject *const *args, size_t nargsf,
                         PyObject *kwnames)
 {
-    if (self->python == NULL || self->region == NULL || self->original == NULL ||
-        self->compiling == NULL || self->graph_task == NULL || self->namespace == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "BackwardCall used after it was cleared");
+    if (hook_cleared((PyObject *)self, "BackwardCall")) {
         return NULL;
     }
     PyObject *top;
@@ -2759,59 +2840,10 @@ BackwardCall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                         "namespace) needs four callables, a region and a dict");
         return NULL;
     }
-    BackwardCallObject *self = (BackwardCallObject *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->vectorcall = (vectorcallfunc)BackwardCall_vectorcall;
-    PyObject **fields[6] = {&self->python, &self->region, &self->original, &self->compiling,
-                            &self->graph_task, &self->namespace};
-    PyObject *values[6] = {python, region, original, compiling, graph_task, namespace};
-    for (int i = 0; i < 6; i++) {
-        Py_INCREF(values[i]);
-        *fields[i] = values[i];
-    }
-    return (PyObject *)self;
+    PyObject *const values[HOOK_REFS] = {python,     region,     original,
+                                         compiling, graph_task, namespace};
+    return hook_make(type, values, (vectorcallfunc)BackwardCall_vectorcall);
 }
-
-static int
-BackwardCall_traverse(BackwardCallObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->python);
-    Py_VISIT(self->region);
-    Py_VISIT(self->original);
-    Py_VISIT(self->compiling);
-    Py_VISIT(self->graph_task);
-    Py_VISIT(self->namespace);
-    Py_VISIT(self->dict);
-    return 0;
-}
-
-static int
-BackwardCall_clear(BackwardCallObject *self)
-{
-    Py_CLEAR(self->python);
-    Py_CLEAR(self->region);
-    Py_CLEAR(self->original);
-    Py_CLEAR(self->compiling);
-    Py_CLEAR(self->graph_task);
-    Py_CLEAR(self->namespace);
-    Py_CLEAR(self->dict);
-    return 0;
-}
-
-static void
-BackwardCall_dealloc(BackwardCallObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    BackwardCall_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyGetSetDef BackwardCall_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
 
 static PyTypeObject BackwardCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -2821,13 +2853,13 @@ static PyTypeObject BackwardCallType = {
     .tp_basicsize = sizeof(BackwardCallObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = BackwardCall_new,
-    .tp_dealloc = (destructor)BackwardCall_dealloc,
-    .tp_traverse = (traverseproc)BackwardCall_traverse,
-    .tp_clear = (inquiry)BackwardCall_clear,
+    .tp_dealloc = hook_dealloc,
+    .tp_traverse = hook_traverse,
+    .tp_clear = hook_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(BackwardCallObject, vectorcall),
     .tp_dictoffset = offsetof(BackwardCallObject, dict),
-    .tp_getset = BackwardCall_getset,
+    .tp_getset = hook_getset,
 };
 
 /* -- optimizer.step(): the common case of hooks/optim.py's guard ------------------------
@@ -2849,6 +2881,8 @@ typedef struct {
     PyObject *python, *region, *call, *hooks, *own, *compiling;
     PyObject *dict;
 } StepGuardObject;
+
+HOOK_LAYOUT(StepGuardObject, python, dict);
 
 /* 1 if obj.name is true, 0 if false, -1 on an error */
 static int
@@ -3034,9 +3068,7 @@ static PyObject *
 StepGuard_vectorcall(StepGuardObject *self, PyObject *const *args, size_t nargsf,
                      PyObject *kwnames)
 {
-    if (self->python == NULL || self->region == NULL || self->call == NULL ||
-        self->hooks == NULL || self->own == NULL || self->compiling == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "StepGuard used after it was cleared");
+    if (hook_cleared((PyObject *)self, "StepGuard")) {
         return NULL;
     }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -3090,59 +3122,9 @@ StepGuard_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                         "a region, two objects, a callable or None, and a callable");
         return NULL;
     }
-    StepGuardObject *self = (StepGuardObject *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->vectorcall = (vectorcallfunc)StepGuard_vectorcall;
-    PyObject **fields[6] = {&self->python, &self->region, &self->call,
-                            &self->hooks,  &self->own,    &self->compiling};
-    PyObject *values[6] = {python, region, call, hooks, own, compiling};
-    for (int i = 0; i < 6; i++) {
-        Py_INCREF(values[i]);
-        *fields[i] = values[i];
-    }
-    return (PyObject *)self;
+    PyObject *const values[HOOK_REFS] = {python, region, call, hooks, own, compiling};
+    return hook_make(type, values, (vectorcallfunc)StepGuard_vectorcall);
 }
-
-static int
-StepGuard_traverse(StepGuardObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->python);
-    Py_VISIT(self->region);
-    Py_VISIT(self->call);
-    Py_VISIT(self->hooks);
-    Py_VISIT(self->own);
-    Py_VISIT(self->compiling);
-    Py_VISIT(self->dict);
-    return 0;
-}
-
-static int
-StepGuard_clear(StepGuardObject *self)
-{
-    Py_CLEAR(self->python);
-    Py_CLEAR(self->region);
-    Py_CLEAR(self->call);
-    Py_CLEAR(self->hooks);
-    Py_CLEAR(self->own);
-    Py_CLEAR(self->compiling);
-    Py_CLEAR(self->dict);
-    return 0;
-}
-
-static void
-StepGuard_dealloc(StepGuardObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    StepGuard_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyGetSetDef StepGuard_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
 
 static PyTypeObject StepGuardType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -3153,14 +3135,14 @@ static PyTypeObject StepGuardType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_new = StepGuard_new,
-    .tp_dealloc = (destructor)StepGuard_dealloc,
-    .tp_traverse = (traverseproc)StepGuard_traverse,
-    .tp_clear = (inquiry)StepGuard_clear,
+    .tp_dealloc = hook_dealloc,
+    .tp_traverse = hook_traverse,
+    .tp_clear = hook_clear,
     .tp_call = PyVectorcall_Call,
     .tp_descr_get = StepGuard_get,
     .tp_vectorcall_offset = offsetof(StepGuardObject, vectorcall),
     .tp_dictoffset = offsetof(StepGuardObject, dict),
-    .tp_getset = StepGuard_getset,
+    .tp_getset = hook_getset,
 };
 
 /* -- the optimizer's step hooks while the guard runs ------------------------------------
