@@ -15,6 +15,21 @@
 #include <time.h>
 #include <math.h>
 
+/* Code layout: HOT functions (what a region, a timed call and auto's per-step calls run)
+ * go together into .text.hot, so that a step's visits touch few code pages and lines;
+ * COLD ones (errors, fallbacks) go out of the way, with the branches that lead to them. */
+#if defined(__GNUC__)
+#define HOT __attribute__((hot))
+#define COLD __attribute__((cold, noinline))
+#define NOINLINE __attribute__((noinline))
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define HOT
+#define COLD
+#define NOINLINE
+#define UNLIKELY(x) (x)
+#endif
+
 #define NBUCKETS 384
 #define MANTISSA_SHIFT 49             /* keep the exponent and top 3 mantissa bits */
 #define ONE_KEY ((int64_t)1023 << 3)  /* (bits of 1.0) >> MANTISSA_SHIFT */
@@ -159,7 +174,7 @@ typedef struct {
     uint64_t hist[NBUCKETS];
 } NodeObject;
 
-static inline int
+HOT static inline int
 bucket_of(int64_t v)
 {
     if (v <= 0) {
@@ -178,7 +193,7 @@ bucket_of(int64_t v)
     return b >= NBUCKETS ? NBUCKETS - 1 : (int)b;
 }
 
-static inline void
+HOT static inline void
 node_add(NodeObject *n, int64_t v)
 {
     if (v < 0) { /* a clock swapped mid-region; durations are never negative */
@@ -764,13 +779,9 @@ static PyTypeObject *node_types_seen[4]; /* NodeBase subclasses seen (strong, ke
 
 /* PyObject_TypeCheck(o, &NodeType), remembering a few subclasses (PathNode) so that the
  * hot path compares pointers instead of walking the MRO. */
-static inline int
-is_node(PyObject *o)
+static NOINLINE int
+is_node_type(PyTypeObject *t)
 {
-    PyTypeObject *t = Py_TYPE(o);
-    if (t == &NodeType || t == node_types_seen[0] || t == node_types_seen[1]) {
-        return 1;
-    }
     if (!PyType_IsSubtype(t, &NodeType)) {
         return 0;
     }
@@ -787,14 +798,24 @@ is_node(PyObject *o)
     return 1;
 }
 
-static inline int
+HOT static inline int
+is_node(PyObject *o)
+{
+    PyTypeObject *t = Py_TYPE(o);
+    if (t == &NodeType || t == node_types_seen[0] || t == node_types_seen[1]) {
+        return 1;
+    }
+    return is_node_type(t);
+}
+
+HOT static inline int
 is_frame(PyObject *f)
 {
     return PyTuple_CheckExact(f) && PyTuple_GET_SIZE(f) == 5 && is_node(PyTuple_GET_ITEM(f, 0)) &&
            ((NodeObject *)PyTuple_GET_ITEM(f, 0))->children != NULL;
 }
 
-static int
+COLD static int
 malformed_frame(void)
 {
     PyErr_SetString(PyExc_RuntimeError, "instrument: malformed region frame");
@@ -882,14 +903,17 @@ static int32_t frame_var_hash; /* the frame variable's hash as the HAMT folds it
 static Py_ssize_t root_slot = 0; /* where the variable was last found in a root bitmap node */
 static int holders_on = 0;     /* probe_layout() passed: frames live in stack holders */
 
-static int
+COLD static int
+not_bound(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind_stack()");
+    return -1;
+}
+
+static inline int
 check_bound(void)
 {
-    if (frame_var == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "instrument._speedups used before bind_stack()");
-        return -1;
-    }
-    return 0;
+    return frame_var != NULL ? 0 : not_bound();
 }
 
 typedef struct {
@@ -968,7 +992,9 @@ popcount32(uint32_t x)
  * every node from its root down to the holder are referenced once, and the holder once by
  * its node plus `extra` references held by the caller. Any copy of the context (shared
  * HAMT), or a mapping derived from one (sharing a node on the way), makes it false. */
-static inline int
+static NOINLINE int holder_walk(PyObject *node, PyObject *holder, Py_ssize_t extra);
+
+HOT static inline int
 holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
 {
     PyObject *vars = ((ContextHead *)ctx)->ctx_vars;
@@ -983,6 +1009,13 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
         return ((HamtBitmap *)node)->b_array[root_slot + 1] == holder &&
                Py_REFCNT(holder) == 1 + extra;
     }
+    return holder_walk(node, holder, extra);
+}
+
+/* holder_is_exclusive's walk from the HAMT's root `node` down to the variable. */
+static NOINLINE int
+holder_walk(PyObject *node, PyObject *holder, Py_ssize_t extra)
+{
     for (uint32_t shift = 0; node != NULL && shift < 35; shift += 5) {
         if (Py_REFCNT(node) != 1) {
             return 0;
@@ -1026,7 +1059,7 @@ holder_is_exclusive(PyObject *ctx, PyObject *holder, Py_ssize_t extra)
 /* frames._get, keeping what the variable holds: a new reference to the innermost frame of
  * this context, and in *value a new reference to the variable's value (a holder or a frame),
  * for top_swap(). `ts`: this thread's state (PyThreadState_Get(), read once per call). */
-static inline PyObject *
+HOT static inline PyObject *
 top_read(PyThreadState *ts, PyObject **value)
 {
 #if CONTEXT_LAYOUT_KNOWN
@@ -1051,7 +1084,7 @@ top_read(PyThreadState *ts, PyObject **value)
 }
 
 /* frames._get: a new reference to the innermost frame of this context. */
-static PyObject *
+HOT static PyObject *
 top_get(void)
 {
     PyObject *value, *top = top_read(PyThreadState_Get(), &value);
@@ -1062,7 +1095,9 @@ top_get(void)
 /* frames._set, given what the variable held (`value`, from top_read, still referenced by
  * the caller): make `frame` the innermost frame of this context -- in place when this
  * context's holder is exclusive, else by setting the variable (a fresh holder). */
-static inline int
+static int top_swap_set(PyThreadState *ts, PyObject *frame);
+
+HOT static inline int
 top_swap(PyThreadState *ts, PyObject *value, PyObject *frame)
 {
     PyObject *ctx = ts->context;
@@ -1072,7 +1107,14 @@ top_swap(PyThreadState *ts, PyObject *value, PyObject *frame)
         Py_SETREF(((StackObject *)value)->top, frame);
         return 0;
     }
-    PyObject *token;
+    return top_swap_set(ts, frame);
+}
+
+/* top_swap's other case: set the variable (a fresh holder, when holders are on). */
+static NOINLINE int
+top_swap_set(PyThreadState *ts, PyObject *frame)
+{
+    PyObject *ctx, *token;
     if (holders_on) { /* this context's first transition, or its holder is shared */
         StackObject *fresh = PyObject_GC_New(StackObject, &StackType);
         if (fresh == NULL) {
@@ -1101,7 +1143,7 @@ top_swap(PyThreadState *ts, PyObject *value, PyObject *frame)
 }
 
 /* frames._set: make `frame` the innermost frame of this context. */
-static int
+HOT static int
 top_set(PyObject *frame)
 {
     PyThreadState *ts = PyThreadState_Get();
@@ -1259,48 +1301,53 @@ dict_version(PyObject *d)
 
 /* -1 with AttributeError (as for an unset __slots__ field) if __init__ never ran; the
  * field named is the one the Python code would read first (enter: name, exit: _now). */
-static inline int
-region_unset(RegionObject *self, int exiting)
+COLD static int
+region_unset_error(RegionObject *self, int exiting)
 {
-    if (self->name != NULL && self->now != NULL) {
-        return 0;
-    }
     const char *field = (self->now == NULL && (exiting || self->name != NULL)) ? "_now" : "name";
     PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%s'",
                  Py_TYPE(self)->tp_name, field);
     return -1;
 }
 
-static int
+static inline int
+region_unset(RegionObject *self, int exiting)
+{
+    if (self->name != NULL && self->now != NULL) {
+        return 0;
+    }
+    return region_unset_error(self, exiting);
+}
+
+COLD static int
+arity_error(const char *format, Py_ssize_t nargs)
+{
+    PyErr_Format(PyExc_TypeError, format, nargs);
+    return -1;
+}
+
+static inline int
 exit_arity(Py_ssize_t nargs)
 {
     if (nargs == 3) {
         return 0;
     }
-    PyErr_Format(PyExc_TypeError, "__exit__() takes 3 arguments (exc_type, exc, tb), got %zd",
-                 nargs);
-    return -1;
+    return arity_error("__exit__() takes 3 arguments (exc_type, exc, tb), got %zd", nargs);
 }
 
-static int
+static inline int
 enter_arity(Py_ssize_t nargs)
 {
     if (nargs == 0) {
         return 0;
     }
-    PyErr_Format(PyExc_TypeError, "__enter__() takes no arguments, got %zd", nargs);
-    return -1;
+    return arity_error("__enter__() takes no arguments, got %zd", nargs);
 }
 
-static inline int
-read_now(PyObject *now, int64_t *out)
+/* A clock other than perf_counter_ns: called. */
+static int
+read_now_called(PyObject *now, int64_t *out)
 {
-    if (now == perf_counter_ns) { /* CPython's perf_counter_ns is CLOCK_MONOTONIC on Linux */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        *out = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-        return 0;
-    }
     PyObject *r = PyObject_CallNoArgs(now);
     if (r == NULL) {
         return -1;
@@ -1312,6 +1359,18 @@ read_now(PyObject *now, int64_t *out)
     }
     *out = (int64_t)v;
     return 0;
+}
+
+HOT static inline int
+read_now(PyObject *now, int64_t *out)
+{
+    if (now == perf_counter_ns) { /* CPython's perf_counter_ns is CLOCK_MONOTONIC on Linux */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        *out = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        return 0;
+    }
+    return read_now_called(now, out);
 }
 
 /* -- frames: start times and spare frames ----------------------------------------------
@@ -1355,7 +1414,7 @@ long_positive_size(PyObject *o)
 }
 
 /* The value of the int `o` (a frame's start time) in *out; 0, or -1 with an exception. */
-static inline int
+HOT static inline int
 long_read(PyObject *o, int64_t *out)
 {
     if (PyLong_CheckExact(o) && long_positive_size(o) == 2) {
@@ -1372,7 +1431,7 @@ long_read(PyObject *o, int64_t *out)
 
 /* Set the int `o`, referenced by a spare frame only, to v in place; -1 (nothing changed)
  * unless v > 0 has exactly as many digits as `o`. */
-static inline int
+HOT static inline int
 long_reuse(PyObject *o, int64_t v)
 {
     if (v <= 0) {
@@ -1392,7 +1451,7 @@ long_reuse(PyObject *o, int64_t v)
 
 /* Put `item` (a reference taken over) in place of the item `i` of the frame being built:
  * None in a spare, NULL in a new tuple. */
-static inline void
+HOT static inline void
 frame_put(PyObject *frame, Py_ssize_t i, PyObject *item)
 {
     PyObject *old = PyTuple_GET_ITEM(frame, i);
@@ -1404,9 +1463,38 @@ static PyObject *spare_frames[SPARE_FRAMES > 0 ? SPARE_FRAMES : 1];
 static PyObject *spare_marker = NULL; /* a spare's owner: an empty list (module init) */
 static int n_spare = 0;
 
+/* frame_make's other case: `spare` (not NULL) with a new int for its start time t0, or a
+ * new frame (None, t0, NULL, NULL, None). NULL on failure, the spare kept. */
+static NOINLINE PyObject *
+frame_with_new_start(PyObject *spare, int64_t t0)
+{
+    PyObject *t = PyLong_FromLongLong(t0);
+    if (t == NULL) {
+        if (spare != NULL) {
+            spare_frames[n_spare++] = spare;
+        }
+        return NULL;
+    }
+    if (spare != NULL) {
+        PyObject *old = PyTuple_GET_ITEM(spare, 1);
+        PyTuple_SET_ITEM(spare, 1, t);
+        Py_DECREF(old);
+        return spare;
+    }
+    PyObject *frame = PyTuple_New(5);
+    if (frame == NULL) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(frame, 1, t);
+    Py_INCREF(Py_None);
+    PyTuple_SET_ITEM(frame, 4, Py_None);
+    return frame;
+}
+
 /* A new frame (node, t0, parent, owner, None): a spare refilled, or a new tuple. Takes
  * over the references to `node` and `parent`, also on failure (NULL). */
-static PyObject *
+HOT static PyObject *
 frame_make(PyObject *node, int64_t t0, PyObject *parent, PyObject *owner)
 {
     PyObject *frame = NULL;
@@ -1420,32 +1508,13 @@ frame_make(PyObject *node, int64_t t0, PyObject *parent, PyObject *owner)
         Py_DECREF(frame);
         frame = NULL;
     }
-    if (frame != NULL) {
-        PyObject *old = PyTuple_GET_ITEM(frame, 1);
-        if (long_reuse(old, t0) < 0) {
-            PyObject *t = PyLong_FromLongLong(t0);
-            if (t == NULL) {
-                spare_frames[n_spare++] = frame;
-                Py_DECREF(node);
-                Py_DECREF(parent);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(frame, 1, t);
-            Py_DECREF(old);
-        }
-    }
-    else {
-        PyObject *t = PyLong_FromLongLong(t0);
-        frame = t == NULL ? NULL : PyTuple_New(5);
+    if (frame == NULL || long_reuse(PyTuple_GET_ITEM(frame, 1), t0) < 0) {
+        frame = frame_with_new_start(frame, t0);
         if (frame == NULL) {
-            Py_XDECREF(t);
             Py_DECREF(node);
             Py_DECREF(parent);
             return NULL;
         }
-        PyTuple_SET_ITEM(frame, 1, t);
-        Py_INCREF(Py_None);
-        PyTuple_SET_ITEM(frame, 4, Py_None);
     }
     Py_INCREF(owner);
     frame_put(frame, 0, node);
@@ -1456,7 +1525,7 @@ frame_make(PyObject *node, int64_t t0, PyObject *parent, PyObject *owner)
 
 /* Release our reference to a closed frame: kept as a spare when it was the last one to
  * the frame and to its start time. */
-static inline void
+HOT static inline void
 frame_release(PyObject *frame)
 {
 #if SPARE_FRAMES
@@ -1486,16 +1555,24 @@ frame_release(PyObject *frame)
 
 /* The child node named like `self` under `pnode` (a new reference), made by pnode.child()
  * when missing (regions/region.py's Region._open). */
-static PyObject *
+static NOINLINE PyObject *child_lookup(RegionObject *self, NodeObject *pnode, uint64_t version);
+
+HOT static inline PyObject *
 child_of(RegionObject *self, NodeObject *pnode)
 {
-    PyObject *children = pnode->children;
-    uint64_t version = HAVE_DICT_VERSION ? dict_version(children) : 0;
+    uint64_t version = HAVE_DICT_VERSION ? dict_version(pnode->children) : 0;
     if (version != 0 && version == self->cache_version && self->name == self->cache_name) {
         Py_INCREF(self->cache_child);
         return self->cache_child;
     }
-    PyObject *node = PyDict_GetItemWithError(children, self->name);
+    return child_lookup(self, pnode, version);
+}
+
+/* child_of's other case: looked up (and remembered), or made. */
+static NOINLINE PyObject *
+child_lookup(RegionObject *self, NodeObject *pnode, uint64_t version)
+{
+    PyObject *node = PyDict_GetItemWithError(pnode->children, self->name);
     if (node != NULL) {
         Py_INCREF(node);
         if (version != 0 && PyUnicode_CheckExact(self->name) &&
@@ -1530,16 +1607,16 @@ child_of(RegionObject *self, NodeObject *pnode)
 /* regions/region.py's Region._open for the host clock (CpuRegion.__enter__): open a frame
  * for `self` in this context. Returns a new reference to the frame (node, t0, parent,
  * self, None) and its start time in *t0, or NULL. */
-static PyObject *
+HOT static PyObject *
 open_cpu(RegionObject *self, int64_t *t0)
 {
-    if (region_unset(self, 0) < 0) {
+    if (UNLIKELY(region_unset(self, 0) < 0)) {
         return NULL;
     }
     PyObject *held = NULL;
     PyThreadState *ts = PyThreadState_Get(); /* this thread's, for the whole call */
     PyObject *parent = top_read(ts, &held);
-    if (parent == NULL || !is_frame(parent)) {
+    if (UNLIKELY(parent == NULL || !is_frame(parent))) {
         Py_XDECREF(parent);
         Py_XDECREF(held);
         if (!PyErr_Occurred()) {
@@ -1548,12 +1625,12 @@ open_cpu(RegionObject *self, int64_t *t0)
         return NULL;
     }
     PyObject *node = child_of(self, (NodeObject *)PyTuple_GET_ITEM(parent, 0));
-    if (node == NULL) {
+    if (UNLIKELY(node == NULL)) {
         Py_DECREF(parent);
         Py_DECREF(held);
         return NULL;
     }
-    if (read_now(self->now, t0) < 0) {
+    if (UNLIKELY(read_now(self->now, t0) < 0)) {
         Py_DECREF(node);
         Py_DECREF(parent);
         Py_DECREF(held);
@@ -1561,7 +1638,7 @@ open_cpu(RegionObject *self, int64_t *t0)
     }
     PyObject *frame = frame_make(node, *t0, parent, (PyObject *)self);
     /* Python code may have run since top_read (a new child): top_swap re-checks */
-    if (frame != NULL && top_swap(ts, held, frame) < 0) {
+    if (UNLIKELY(frame != NULL && top_swap(ts, held, frame) < 0)) {
         Py_CLEAR(frame);
     }
     Py_DECREF(held);
@@ -1569,7 +1646,7 @@ open_cpu(RegionObject *self, int64_t *t0)
 }
 
 /* CpuRegion.__enter__ */
-static PyObject *
+HOT static PyObject *
 Region_cpu_enter(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t t0;
@@ -1582,70 +1659,88 @@ Region_cpu_enter(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
     return (PyObject *)self;
 }
 
+static PyObject *exit_clock_failed(RegionObject *self, PyObject *failing);
+static PyObject *exit_not_top(RegionObject *self, PyObject *failing);
+
 /* CpuRegion.__exit__: the innermost frame is ours -> restore its parent and record;
  * otherwise Region._exit_top (Python) closes ours further down. */
-static PyObject *
+HOT static PyObject *
 Region_cpu_exit(RegionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t t1;
-    if (exit_arity(nargs) < 0 || check_bound() < 0 || region_unset(self, 1) < 0) {
+    if (UNLIKELY(exit_arity(nargs) < 0 || check_bound() < 0 || region_unset(self, 1) < 0)) {
         return NULL;
     }
     /* failing: the block raised (__exit__'s exc_type is not None) */
     PyObject *failing = (nargs >= 1 && args[0] != Py_None) ? Py_True : Py_False;
-    if (read_now(self->now, &t1) < 0) {
-        /* the clock failed: close the frame, record nothing; the block's own exception,
-         * if any, propagates instead of the clock's (Region._drop_innermost) */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, str_drop_innermost);
-        if (r == NULL) {
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(tb);
-            return NULL;
-        }
-        Py_DECREF(r);
-        if (failing == Py_True) {
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(tb);
-            Py_RETURN_NONE;
-        }
-        PyErr_Restore(et, ev, tb);
-        return NULL;
+    if (UNLIKELY(read_now(self->now, &t1) < 0)) {
+        return exit_clock_failed(self, failing);
     }
     PyObject *held;
     PyThreadState *ts = PyThreadState_Get();
     PyObject *frame = top_read(ts, &held);
-    if (frame == NULL) {
+    if (UNLIKELY(frame == NULL)) {
         return NULL;
     }
-    if (!is_frame(frame)) {
+    if (UNLIKELY(!is_frame(frame))) {
         Py_DECREF(frame);
         Py_DECREF(held);
         malformed_frame();
         return NULL;
     }
-    if (PyTuple_GET_ITEM(frame, 3) != (PyObject *)self || PyTuple_GET_ITEM(frame, 4) != Py_None) {
-        Py_DECREF(frame);  /* not our frame on top: the general (Python) exit */
+    if (UNLIKELY(PyTuple_GET_ITEM(frame, 3) != (PyObject *)self ||
+                 PyTuple_GET_ITEM(frame, 4) != Py_None)) {
+        Py_DECREF(frame);
         Py_DECREF(held);
-        PyObject *r = PyObject_CallMethodOneArg((PyObject *)self, str_exit_top, failing);
-        if (r == NULL) {
-            return NULL;
-        }
-        Py_DECREF(r);
-        Py_RETURN_NONE;
+        return exit_not_top(self, failing);
     }
     int rc = top_swap(ts, held, PyTuple_GET_ITEM(frame, 2));
     Py_DECREF(held);
     int64_t t0;
-    if (rc < 0 || long_read(PyTuple_GET_ITEM(frame, 1), &t0) < 0) {
+    if (UNLIKELY(rc < 0 || long_read(PyTuple_GET_ITEM(frame, 1), &t0) < 0)) {
         Py_DECREF(frame);
         return NULL;
     }
     node_add((NodeObject *)PyTuple_GET_ITEM(frame, 0), t1 - t0);
     frame_release(frame);
+    Py_RETURN_NONE;
+}
+
+/* CpuRegion.__exit__ when the clock failed: close the frame, record nothing; the block's
+ * own exception, if any, propagates instead of the clock's (Region._drop_innermost). */
+COLD static PyObject *
+exit_clock_failed(RegionObject *self, PyObject *failing)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, str_drop_innermost);
+    if (r == NULL) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return NULL;
+    }
+    Py_DECREF(r);
+    if (failing == Py_True) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        Py_RETURN_NONE;
+    }
+    PyErr_Restore(et, ev, tb);
+    return NULL;
+}
+
+/* CpuRegion.__exit__ when our frame is not the innermost: Region._exit_top (Python)
+ * closes ours further down. */
+COLD static PyObject *
+exit_not_top(RegionObject *self, PyObject *failing)
+{
+    PyObject *r = PyObject_CallMethodOneArg((PyObject *)self, str_exit_top, failing);
+    if (r == NULL) {
+        return NULL;
+    }
+    Py_DECREF(r);
     Py_RETURN_NONE;
 }
 
@@ -1739,7 +1834,7 @@ no_keywords(const char *name, PyObject *kwnames)
     return -1;
 }
 
-static int
+COLD static int
 not_a_region(MethodObject *self, PyObject *obj)
 {
     PyErr_Format(PyExc_TypeError,
@@ -1750,7 +1845,7 @@ not_a_region(MethodObject *self, PyObject *obj)
 }
 
 /* descriptor.__get__(region): the region's bound method of this kind, made once */
-static PyObject *
+HOT static PyObject *
 Method_get(MethodObject *self, PyObject *obj, PyObject *type)
 {
     if (obj == NULL) {
@@ -1978,8 +2073,8 @@ typedef struct {
  * frames._close): read the clock, restore the parent frame, record; return the call's
  * outcome unchanged -- or the clock's error when the call succeeded but the clock failed,
  * as for a `with` block. Takes over the references to `frame` (open_cpu's) and `result`. */
-static PyObject *
-finish_timed_call(RegionObject *region, PyObject *frame, int64_t t0, PyObject *result)
+static NOINLINE PyObject *
+finish_timed_call_general(RegionObject *region, PyObject *frame, int64_t t0, PyObject *result)
 {
     PyObject *parent = PyTuple_GET_ITEM(frame, 2);
     NodeObject *node = (NodeObject *)PyTuple_GET_ITEM(frame, 0);
@@ -2008,6 +2103,24 @@ finish_timed_call(RegionObject *region, PyObject *frame, int64_t t0, PyObject *r
     Py_XDECREF(cv);
     Py_XDECREF(ctb);
     PyErr_Restore(et, ev, tb);
+    return result;
+}
+
+/* finish_timed_call_general's common case inline: the call returned (so no exception is
+ * set) and the clock is perf_counter_ns (it cannot fail). */
+HOT static inline PyObject *
+finish_timed_call(RegionObject *region, PyObject *frame, int64_t t0, PyObject *result)
+{
+    if (UNLIKELY(result == NULL || region->now != perf_counter_ns)) {
+        return finish_timed_call_general(region, frame, t0, result);
+    }
+    int64_t t1;
+    read_now(perf_counter_ns, &t1);
+    if (UNLIKELY(top_set(PyTuple_GET_ITEM(frame, 2)) < 0)) {
+        PyErr_Clear(); /* instrumentation must not replace the call's outcome */
+    }
+    node_add((NodeObject *)PyTuple_GET_ITEM(frame, 0), t1 - t0);
+    frame_release(frame);
     return result;
 }
 
@@ -2168,7 +2281,7 @@ typedef struct {
     uint64_t last_version; /* 0: nothing remembered */
 } DispatchObject;
 
-static PyObject *
+HOT static PyObject *
 Dispatch_vectorcall(DispatchObject *self, PyObject *const *args, size_t nargsf,
                     PyObject *kwnames)
 {
@@ -2303,7 +2416,7 @@ steps_unbound(void)
     return 0;
 }
 
-static int
+HOT static int
 steps_now(int64_t *out)
 {
     PyObject *now = PyDict_GetItemWithError(steps_state, str_now);
@@ -2358,7 +2471,7 @@ StepCounter_cleared(StepCounterObject *self)
     return 0;
 }
 
-static PyObject *
+HOT static PyObject *
 StepCounter_vectorcall(StepCounterObject *self, PyObject *const *args, size_t nargsf,
                        PyObject *kwnames)
 {
@@ -2403,7 +2516,7 @@ StepCounter_vectorcall(StepCounterObject *self, PyObject *const *args, size_t na
 }
 
 /* every: None or an int > 0 (stored as 0 for None); warmup: an int >= 0 */
-static int
+HOT static int
 steps_read_count(PyObject *value, int every, int64_t *out)
 {
     const char *name = every ? "every" : "warmup";
@@ -2666,7 +2779,7 @@ hook_make(PyTypeObject *type, PyObject *const values[HOOK_REFS], vectorcallfunc 
 }
 
 /* 1 (with a RuntimeError naming the hook) if the collector has cleared it */
-static int
+HOT static int
 hook_cleared(PyObject *self, const char *name)
 {
     for (int i = 0; i < HOOK_REFS; i++) {
@@ -2741,7 +2854,7 @@ HOOK_LAYOUT(BackwardCallObject, python, dict);
 
 /* 1: the common case, with `*top` the innermost frame (a new reference); 0: python's
  * (or original's, `*top` NULL and `*inside` set); -1: an error */
-static int
+HOT static int
 backward_common(BackwardCallObject *self, PyObject **top, int *inside)
 {
     *top = NULL;
@@ -2784,7 +2897,7 @@ backward_common(BackwardCallObject *self, PyObject **top, int *inside)
     return 1;
 }
 
-static PyObject *
+HOT static PyObject *
 BackwardCall_vectorcall(BackwardCallObject *self, PyObject *const *args, size_t nargsf,
                         PyObject *kwnames)
 {
@@ -2885,7 +2998,7 @@ typedef struct {
 HOOK_LAYOUT(StepGuardObject, python, dict);
 
 /* 1 if obj.name is true, 0 if false, -1 on an error */
-static int
+HOT static int
 attr_true(PyObject *obj, PyObject *name)
 {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -2953,7 +3066,7 @@ static PyTypeObject StepCallType = {
 };
 
 /* call.<flag> (str_running or str_guarded): 1, 0, or -1 on an error */
-static int
+HOT static int
 call_flag(PyObject *call, PyObject *name)
 {
     if (Py_IS_TYPE(call, &StepCallType)) {
@@ -2964,7 +3077,7 @@ call_flag(PyObject *call, PyObject *name)
 }
 
 /* 1: the common case; 0: python's; -1: an error */
-static int
+HOT static int
 guard_common(StepGuardObject *self, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) ||
@@ -2988,7 +3101,7 @@ guard_common(StepGuardObject *self, Py_ssize_t nargs, PyObject *kwnames)
     return r;
 }
 
-static int
+HOT static int
 guard_flags(PyObject *call, PyObject *value)
 {
     if (Py_IS_TYPE(call, &StepCallType)) {
@@ -3002,7 +3115,7 @@ guard_flags(PyObject *call, PyObject *value)
 }
 
 /* the ticking optimizer's step ended: hooks.on_step(), or hooks._tick_outside() */
-static int
+HOT static int
 guard_tick(StepGuardObject *self, PyObject *optimizer)
 {
     PyObject *ticker = PyObject_GetAttr(self->hooks, str_ticker);
@@ -3028,7 +3141,7 @@ guard_tick(StepGuardObject *self, PyObject *optimizer)
     return r == NULL ? -1 : 0;
 }
 
-static PyObject *
+HOT static PyObject *
 guard_run(StepGuardObject *self, PyObject *optimizer)
 {
     if (guard_flags(self->call, Py_True) < 0) {
@@ -3064,7 +3177,7 @@ guard_run(StepGuardObject *self, PyObject *optimizer)
     return result;
 }
 
-static PyObject *
+HOT static PyObject *
 StepGuard_vectorcall(StepGuardObject *self, PyObject *const *args, size_t nargsf,
                      PyObject *kwnames)
 {
@@ -3156,7 +3269,7 @@ typedef struct {
     PyObject *call, *hook;
 } StandAsideObject;
 
-static PyObject *
+HOT static PyObject *
 StandAside_vectorcall(StandAsideObject *self, PyObject *const *args, size_t nargsf,
                       PyObject *kwnames)
 {
@@ -3501,7 +3614,7 @@ static ternaryfunc wrapt_function_call = NULL, wrapt_bound_call = NULL;
 static newfunc wrapt_function_new = NULL, wrapt_bound_new = NULL;
 
 /* wrapt's own call with a tuple and a dict made from vectorcall arguments. */
-static PyObject *
+COLD static PyObject *
 timed_generic_call(PyObject *self, ternaryfunc call, PyObject *const *args, size_t nargsf,
                    PyObject *kwnames)
 {
@@ -3535,7 +3648,7 @@ timed_generic_call(PyObject *self, ternaryfunc call, PyObject *const *args, size
 
 /* Call `wrapped` timed as the host-clock region `region` (finish_timed_call: the call's
  * outcome, or the clock's error after a successful call). */
-static PyObject *
+HOT static PyObject *
 timed_region_vectorcall(RegionObject *region, PyObject *wrapped, PyObject *const *args,
                         size_t nargsf, PyObject *kwnames)
 {
@@ -3548,7 +3661,7 @@ timed_region_vectorcall(RegionObject *region, PyObject *wrapped, PyObject *const
     return finish_timed_call(region, frame, t0, result);
 }
 
-static PyObject *
+HOT static PyObject *
 timed_wrapper_call(TimedWrapperObject *self, ternaryfunc generic, PyObject *const *args,
                    size_t nargsf, PyObject *kwnames)
 {
@@ -3576,14 +3689,14 @@ timed_wrapper_call(TimedWrapperObject *self, ternaryfunc generic, PyObject *cons
     return result;
 }
 
-static PyObject *
+HOT static PyObject *
 timed_function_vectorcall(TimedWrapperObject *self, PyObject *const *args, size_t nargsf,
                           PyObject *kwnames)
 {
     return timed_wrapper_call(self, wrapt_function_call, args, nargsf, kwnames);
 }
 
-static PyObject *
+HOT static PyObject *
 timed_bound_vectorcall(TimedWrapperObject *self, PyObject *const *args, size_t nargsf,
                        PyObject *kwnames)
 {
