@@ -142,6 +142,42 @@ def test_rows_measured_above_another_compare_added_costs() -> None:
         paired.run_paired([paired.Contender("a", costing(1), baseline=True, above="b")])
 
 
+def test_turns_settle_untimed_and_time_a_block() -> None:
+    """A turn is the setup, ``settle`` untimed calls, then ``block`` timed ones: what a call
+    costs right after another contender's stays out of the figures."""
+    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+    try:
+        import paired
+    finally:
+        sys.path.pop(0)
+    now = [0]
+    calls = {"a": 0, "b": 0}
+    last = [""]
+
+    def costing(label: str, ns: int) -> Any:
+        def fn() -> None:
+            calls[label] += 1
+            now[0] += ns * (10 if last[0] != label else 1)  # dearer right after the other
+            last[0] = label
+
+        return fn
+
+    rows = [
+        paired.Contender("a", costing("a", 4), inner=1, baseline=True),
+        paired.Contender("b", costing("b", 2), inner=1),
+    ]
+    summary, per_op = paired.run_paired(
+        rows, rounds=4, warmup_rounds=1, clock=lambda: now[0], interleave=2, block=3, settle=1
+    )
+    assert per_op == {"a": [4.0] * 4, "b": [2.0] * 4}
+    assert calls == {"a": 5 * 2 * 4, "b": 5 * 2 * 4}
+    assert {row["label"]: row["ratio_median"] for row in summary} == {"a": 1.0, "b": 0.5}
+    _, unsettled = paired.run_paired(rows, rounds=4, warmup_rounds=1, clock=lambda: now[0])
+    assert max(unsettled["a"]) == 40.0  # without settle, a call after the other's is dearer
+    with pytest.raises(ValueError, match="block must be >= 1"):
+        paired.run_paired(rows, block=0)
+
+
 def _flush_bench(value_ns: float | None) -> dict[str, Any]:
     extra: dict[str, Any] = {"label": "flush: 1000 paths x 10 calls", "inner": 1}
     if value_ns is not None:

@@ -88,6 +88,8 @@ class Paired(Protocol):
         warmup_rounds: int = ...,
         clock: Callable[[], int] = ...,
         interleave: int = ...,
+        block: int = ...,
+        settle: int = ...,
     ) -> dict[str, list[float]]: ...
 
 
@@ -102,6 +104,8 @@ def paired(benchmark: Any) -> Paired:
         warmup_rounds: int = WARMUP_ROUNDS,
         clock: Callable[[], int] = perf_counter_ns,
         interleave: int = 1,
+        block: int = 1,
+        settle: int = 0,
     ) -> dict[str, list[float]]:
         summary, per_op = run_paired(
             contenders,
@@ -109,6 +113,8 @@ def paired(benchmark: Any) -> Paired:
             warmup_rounds=warmup_rounds,
             clock=clock,
             interleave=interleave,
+            block=block,
+            settle=settle,
         )
         benchmark.extra_info.update(paired_rows=summary)
         benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # a benchmark: skipped by default

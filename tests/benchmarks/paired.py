@@ -45,6 +45,8 @@ def run_paired(
     warmup_rounds: int = WARMUP_ROUNDS,
     clock: Callable[[], int] = perf_counter_ns,
     interleave: int = 1,
+    block: int = 1,
+    settle: int = 0,
 ) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
     """Time every contender once per round, in an order rotating by one each round; return
     one summary per contender (``report_ratios.py``'s ``paired_rows``) and each contender's
@@ -59,9 +61,14 @@ def run_paired(
 
     ``clock`` times the rounds: wall time by default; ``time.thread_time_ns`` (CPU time of
     this thread) for rounds long enough to be preempted many times on a shared machine.
-    ``interleave``: a round calls each contender's ``fn`` that many times, alternating
-    contenders call by call (each call after its ``setup``); its time is the sum — for
-    operations as long as a training step, whose cost drifts within a round."""
+    ``interleave``: a round gives each contender that many turns, alternating contenders
+    turn by turn; a turn is the contender's ``setup``, then ``settle`` untimed calls of its
+    ``fn``, then ``block`` timed ones; a round's time is the sum of the timed calls — for
+    operations as long as a training step, whose cost drifts within a round. ``settle``
+    keeps out of the figures what a call costs right after another contender's (its code
+    and data evicted by the other's, not its own steady cost)."""
+    if block < 1 or settle < 0:
+        raise ValueError(f"block must be >= 1 and settle >= 0, got {block} and {settle}")
     bases = [c for c in contenders if c.baseline]
     if len(bases) != 1:
         raise ValueError("a paired group needs exactly one baseline contender")
@@ -79,12 +86,15 @@ def run_paired(
             for contender in order:
                 if contender.setup is not None:
                     contender.setup()
-                start = clock()
-                contender.fn()
-                spent[contender.label] += clock() - start
+                for _ in range(settle):
+                    contender.fn()
+                for _ in range(block):
+                    start = clock()
+                    contender.fn()
+                    spent[contender.label] += clock() - start
         if r >= warmup_rounds:
             for c in contenders:
-                per_op[c.label].append(spent[c.label] / (c.inner * interleave))
+                per_op[c.label].append(spent[c.label] / (c.inner * interleave * block))
     summary = []
     for c in contenders:
         if base.above is None:

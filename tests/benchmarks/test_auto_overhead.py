@@ -341,9 +341,14 @@ def _fresh_hook_dicts(model: nn.Module, opt: torch.optim.Optimizer) -> None:
 @pytest.mark.benchmark(group="auto-step")
 def test_auto_step_against_hand_written_hooks(paired: Paired) -> None:
     """What ``auto`` adds to a tiny MLP step (one report to no sink every 50 steps) against
-    what hand-written module and optimizer hooks add, both above the uninstrumented step:
-    steps of the three alternate one by one, 50 of each per round, timed in this thread's
-    CPU time (a round is preempted many times on a busy machine). All three rows train ONE
+    what hand-written module and optimizer hooks add, both above the uninstrumented step,
+    in steady state: each round gives each row one turn of 50 steps in a row, the first of
+    them untimed (right after another row's step it pays for that row's evictions: measured
+    by ``tools/auto_step_carryover.py``, ``auto`` after the hand-written hooks' step costs
+    twice what it costs after its own), timed in this thread's CPU time (a round is
+    preempted many times on a busy machine). ``auto``'s report falls in the middle of its
+    timed steps (so that what it evicts is paid by ``auto``'s own next steps), once per
+    turn: 49 timed steps carry a report made every 50. All three rows train ONE
     model and optimizer — two identical models differ by 2-7 µs a step, as much as the
     costs compared — with ``auto`` installed once and each row's hooks put in place before
     each of its steps (:class:`Instrumentation`). One intra-op thread: these ops are far
@@ -381,10 +386,18 @@ def one_model_rows() -> Rows:
     return Rows(step, uninstrumented, hand, Instrumentation(model, opt), times, handle)
 
 
+#: ``auto``'s steps since its last report when each of its turns starts: the report falls on
+#: the 25th of the turn's 49 timed steps.
+REPORT_PHASE = REPORT_EVERY // 2 - 1
+
+
 def _auto_step_rounds(paired: Paired) -> None:
     step, uninstrumented, hand, timed, times, handle = one_model_rows()
     model = handle.model
     assert model is not None
+    timed.apply()
+    while handle.reporter.steps != REPORT_PHASE:
+        step()
     try:
         paired(
             [
@@ -404,12 +417,13 @@ def _auto_step_rounds(paired: Paired) -> None:
             rounds=ROUNDS,
             warmup_rounds=WARMUP_ROUNDS,
             clock=thread_time_ns,
-            interleave=REPORT_EVERY,
+            block=REPORT_EVERY - 1,
+            settle=1,
         )
     finally:
         timed.apply()
         handle.remove()
-    assert handle.reporter.steps == 0  # every round of 50 steps ended with a report
+    assert handle.reporter.steps == REPORT_PHASE  # one report in the middle of every turn
     rounds = ROUNDS + WARMUP_ROUNDS
     assert len(times) == REPORT_EVERY * rounds * 5  # 4 module calls and one optimizer step each
     assert not any("forward" in vars(m) for m in model.modules())  # auto took its own off
