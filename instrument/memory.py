@@ -128,6 +128,12 @@ try:
 except (AttributeError, ValueError, OSError):  # no sysconf (Windows)
     _PAGE = 0
 
+#: ``getrusage`` of the calling thread where the platform has it (Linux): its ``ru_maxrss``
+#: is the process's, as for ``RUSAGE_SELF`` (the kernel reads both from the memory map and
+#: the signal struct), without summing every thread's CPU times under a lock — a training
+#: process runs dozens of threads (64 idle threads: 1.2 µs against 0.35 µs per call).
+_RUSAGE_PEAK: int = getattr(resource, "RUSAGE_THREAD", getattr(resource, "RUSAGE_SELF", 0))
+
 
 def _rss_at_its_peak() -> int | None:
     """The RSS in bytes when two cheap reads prove it is the peak since the last reset, else
@@ -142,7 +148,7 @@ def _rss_at_its_peak() -> int | None:
         return None
     try:
         resident = os.pread(_fd(_PROC_STATM, os.O_RDONLY), 128, 0).split()[1]
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak_kib = resource.getrusage(_RUSAGE_PEAK).ru_maxrss
     except (OSError, IndexError):
         return None
     if not resident.isdigit():

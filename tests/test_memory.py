@@ -306,6 +306,44 @@ def test_rss_at_its_peak_needs_no_status_read() -> None:
     assert abs(rss - vm_rss) <= MiB
 
 
+_OTHER_THREAD = """
+import os, resource, threading
+import torch
+from instrument import memory
+page = os.sysconf("SC_PAGE_SIZE")
+sampler = memory.MemorySampler()  # resets the peak to the RSS
+rss = int(open("/proc/self/statm").read().split()[1]) * page
+def high():  # a new high in another thread, given back to the system (munmap) at once
+    buffer = torch.ones(128 * 2**20 // 4)
+    del buffer
+thread = threading.Thread(target=high)
+thread.start()
+thread.join()
+print(memory._RUSAGE_PEAK == getattr(resource, "RUSAGE_THREAD", -1))
+print(memory._rss_at_its_peak() is None, sampler.sample()["host_peak_rss"] - rss)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
+def test_a_peak_reached_in_another_thread_counts() -> None:
+    """The cheap peak read asks ``getrusage`` for the calling thread (not summing every
+    thread's CPU times): its ``ru_maxrss`` is still the process's, so a high reached and
+    left by another thread makes the cheap read decline and the status read report it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _OTHER_THREAD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
+    assert out[0] == "True"  # Linux: RUSAGE_THREAD
+    assert out[1] == "True"
+    assert int(out[2]) >= 100 * MiB
+
+
 def test_a_freed_peak_is_read_from_status(monkeypatch: pytest.MonkeyPatch) -> None:
     """Memory given back to the system since the peak: the cheap reads cannot prove the
     peak, so /proc/self/status is read."""
