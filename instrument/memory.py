@@ -162,7 +162,7 @@ def _lifetime_peak_rss() -> int | None:
     if resource is None:
         return None
     try:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = resource.getrusage(_RUSAGE_PEAK).ru_maxrss
     except OSError:
         return None
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # macOS: bytes, else KiB
