@@ -396,8 +396,11 @@ def _auto_step_rounds(paired: Paired) -> None:
     model = handle.model
     assert model is not None
     timed.apply()
-    while handle.reporter.steps != REPORT_PHASE:
+    for _ in range(REPORT_EVERY):  # auto's steps since its last report: REPORT_PHASE
+        if handle.reporter.steps == REPORT_PHASE:
+            break
         step()
+    assert handle.reporter.steps == REPORT_PHASE, "auto's steps do not tick its reporter"
     try:
         paired(
             [
