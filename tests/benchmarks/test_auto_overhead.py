@@ -423,10 +423,11 @@ def _auto_step_rounds(paired: Paired) -> None:
             block=REPORT_EVERY - 1,
             settle=1,
         )
+        phase = handle.reporter.steps  # (removing the handle flushes what is left)
     finally:
         timed.apply()
         handle.remove()
-    assert handle.reporter.steps == REPORT_PHASE  # one report in the middle of every turn
+    assert phase == REPORT_PHASE  # 50 steps a turn: one report in the middle of every turn
     rounds = ROUNDS + WARMUP_ROUNDS
     assert len(times) == REPORT_EVERY * rounds * 5  # 4 module calls and one optimizer step each
     assert not any("forward" in vars(m) for m in model.modules())  # auto took its own off
