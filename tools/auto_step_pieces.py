@@ -9,11 +9,12 @@ included) or only its ``backward`` — are put in place before each step
 (``Instrumentation`` of the benchmark), rotating; every step's thread CPU time is kept.
 Printed: each state's 5th, 25th and 50th percentile of single steps, and each minus the
 uninstrumented one's. ``--block N`` runs N steps of a state in a row and keeps all but the
-first (warm: the same instrumentation ran the step before, as in a training loop); the
-default alternates states step by step, as the benchmark does. Percentiles of single
-steps agree with one another to within about 1 µs where medians of round sums move by 1-2 µs
-between runs; they leave out the one step in ``every`` that flushes (``every=50``), so the
-flush is not in these figures.
+first (warm: the same instrumentation ran the step before, as in a training loop, and as
+the benchmark's turns do); the default alternates states step by step (each step then
+also pays for what the state before it evicted: ``tools/auto_step_carryover.py``).
+Percentiles of single steps agree with one another to within about 1 µs where medians of
+round sums move by 1-2 µs between runs; they leave out the one step in ``every`` that
+flushes (``every=50``), so the flush is not in these figures.
 """
 
 from __future__ import annotations
