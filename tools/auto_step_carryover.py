@@ -44,7 +44,7 @@ def main() -> None:
     from test_auto_overhead import REPORT_EVERY, one_model_rows
 
     torch.set_num_threads(1)
-    step, plain, hand, auto, times, handle = one_model_rows()
+    step, plain, hand, auto, times, handle, *_ = one_model_rows()
     rows = {"plain": plain, "hand": hand, "auto": auto}
     reporter = handle.reporter
 

@@ -3,9 +3,11 @@
     python tools/auto_step_pieces.py [--rounds 300] [--steps 20] [--block 1]
 
 The auto-step benchmark's tiny MLP (AdamW, one intra-op thread) on ONE model and
-optimizer. States — uninstrumented, the benchmark's hand-written hooks, ``auto``, and
-``auto`` with only its module regions, only its optimizer hooks (tick and ``zero_grad``
-included) or only its ``backward`` — are put in place before each step
+optimizer. States — uninstrumented, the benchmark's hand-written hooks, its lean
+hand-written equivalent of ``auto`` (``LeanAuto``: a Python wrapper with two clock reads on
+each thing ``auto`` times), ``auto``, and ``auto`` with only its module regions, only its
+optimizer hooks (tick and ``zero_grad`` included) or only its ``backward`` — are put in
+place before each step
 (``Instrumentation`` of the benchmark), rotating; every step's thread CPU time is kept.
 Printed: each state's 5th, 25th and 50th percentile of single steps, and each minus the
 uninstrumented one's. ``--block N`` runs N steps of a state in a row and keeps all but the
@@ -39,10 +41,11 @@ def main() -> None:
     from test_auto_overhead import one_model_rows
 
     torch.set_num_threads(1)
-    step, plain, hand, full, times, handle = one_model_rows()
+    step, plain, hand, full, times, handle, lean, _ = one_model_rows()
     states = {
         "uninstrumented": plain,
         "hand-written hooks": hand,
+        "lean equivalent of auto": lean,
         "auto": full,
         "auto: module regions": full.only("modules", plain),
         "auto: optimizer": full.only("optimizer", plain),
@@ -64,13 +67,13 @@ def main() -> None:
     full.apply()
     handle.remove()
     base = statistics.quantiles(spent["uninstrumented"], n=20)
-    print(f"{'state':24s} {'p5':>8s} {'p25':>8s} {'p50':>8s}   added: p5, p25, p50 (µs)")
+    print(f"{'state':26s} {'p5':>8s} {'p25':>8s} {'p50':>8s}   added: p5, p25, p50 (µs)")
     for name in names:
         q = statistics.quantiles(spent[name], n=20)
         row = [q[0], q[4], q[9]]
         added = [a - b for a, b in zip(row, [base[0], base[4], base[9]], strict=True)]
         print(
-            f"{name:24s} " + " ".join(f"{v / 1e3:8.1f}" for v in row)
+            f"{name:26s} " + " ".join(f"{v / 1e3:8.1f}" for v in row)
             + "   " + ", ".join(f"{v / 1e3:+.2f}" for v in added)
         )  # fmt: skip
 

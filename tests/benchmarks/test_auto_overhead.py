@@ -280,6 +280,57 @@ def hand_hooks(model: nn.Module, opt: torch.optim.Optimizer) -> list[int]:
     return times
 
 
+class LeanAuto:
+    """The leanest hand-written equivalent of what ``auto`` does in this step, a reference
+    row: a Python wrapper on every module's instance ``forward``, on
+    ``torch.autograd.backward`` and on the optimizer's ``step`` and ``zero_grad``, each
+    reading ``perf_counter_ns`` twice and appending ``(name, ns)`` to a list made once; every
+    ``REPORT_EVERY`` optimizer steps a report to no sink: the list summed into count and total
+    per name, then cleared. No nesting, no statistics, memory or throughput."""
+
+    def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, steps: int) -> None:
+        self.times: list[tuple[str, int]] = []
+        self.totals: dict[str, tuple[int, int]] = {}
+        self.steps = steps  # optimizer steps so far (its reports fall on multiples of 50)
+        self.reports = 0
+        for name, module in model.named_modules():
+            module.forward = self._timed(name or "model", module.forward)  # type: ignore[method-assign]
+        torch.autograd.backward = self._timed("backward", torch.autograd.backward)
+        step = opt.step
+        opt.zero_grad = self._timed("zero_grad", opt.zero_grad)  # type: ignore[method-assign]
+        append = self.times.append
+
+        def timed_step(*args: Any, **kwargs: Any) -> Any:
+            start = perf_counter_ns()
+            result = step(*args, **kwargs)
+            append(("optimizer", perf_counter_ns() - start))
+            self.steps += 1
+            if self.steps % REPORT_EVERY == 0:
+                self.report()
+            return result
+
+        opt.step = timed_step  # type: ignore[method-assign]
+
+    def _timed(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        append = self.times.append
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = perf_counter_ns()
+            result = call(*args, **kwargs)
+            append((name, perf_counter_ns() - start))
+            return result
+
+        return timed
+
+    def report(self) -> None:
+        totals = self.totals
+        for name, ns in self.times:
+            count, total = totals.get(name, (0, 0))
+            totals[name] = (count + 1, total + ns)
+        self.times.clear()
+        self.reports += 1
+
+
 class Instrumentation:
     """What a row of the auto-step group changes on the one model and optimizer, captured
     once and put back before each of the row's steps: every module's instance ``forward``
@@ -363,7 +414,8 @@ def test_auto_step_against_hand_written_hooks(paired: Paired) -> None:
 
 class Rows(NamedTuple):
     """The auto-step group's one model: its step, each row's instrumentation, the hand-written
-    hooks' list of times and the ``auto`` handle (installed; its state in place)."""
+    hooks' list of times, the ``auto`` handle (installed; its state in place) and the lean
+    equivalent of ``auto`` (its wrappers captured in ``lean``)."""
 
     step: Callable[[], None]
     uninstrumented: Instrumentation
@@ -371,19 +423,8 @@ class Rows(NamedTuple):
     auto: Instrumentation
     times: list[int]
     handle: instrument.AutoHandle
-
-
-def one_model_rows() -> Rows:
-    """The tiny MLP with AdamW, and the three rows' instrumentation captured on it."""
-    model, opt, step = mlp_adamw_setup()
-    uninstrumented = Instrumentation(model, opt)
-    _fresh_hook_dicts(model, opt)
-    times = hand_hooks(model, opt)
-    hand = Instrumentation(model, opt)
-    _fresh_hook_dicts(model, opt)
-    instrument.configure(clock="cpu")
-    handle = instrument.auto(model, opt, every=REPORT_EVERY, sinks=[])
-    return Rows(step, uninstrumented, hand, Instrumentation(model, opt), times, handle)
+    lean: Instrumentation
+    lean_auto: LeanAuto
 
 
 #: ``auto``'s steps since its last report when each of its turns starts: the report falls on
@@ -391,8 +432,25 @@ def one_model_rows() -> Rows:
 REPORT_PHASE = REPORT_EVERY // 2 - 1
 
 
+def one_model_rows() -> Rows:
+    """The tiny MLP with AdamW, and the rows' instrumentation captured on it."""
+    model, opt, step = mlp_adamw_setup()
+    uninstrumented = Instrumentation(model, opt)
+    lean_auto = LeanAuto(model, opt, steps=REPORT_PHASE)
+    lean = Instrumentation(model, opt)
+    uninstrumented.apply()
+    _fresh_hook_dicts(model, opt)
+    times = hand_hooks(model, opt)
+    hand = Instrumentation(model, opt)
+    _fresh_hook_dicts(model, opt)
+    instrument.configure(clock="cpu")
+    handle = instrument.auto(model, opt, every=REPORT_EVERY, sinks=[])
+    auto = Instrumentation(model, opt)
+    return Rows(step, uninstrumented, hand, auto, times, handle, lean, lean_auto)
+
+
 def _auto_step_rounds(paired: Paired) -> None:
-    step, uninstrumented, hand, timed, times, handle = one_model_rows()
+    step, uninstrumented, hand, timed, times, handle, lean, lean_auto = one_model_rows()
     model = handle.model
     assert model is not None
     timed.apply()
@@ -415,6 +473,15 @@ def _auto_step_rounds(paired: Paired) -> None:
                 Contender(
                     "instrument.auto (every=50)", step, timed.apply, 1, above="uninstrumented"
                 ),
+                Contender(
+                    "lean hand-written equivalent of auto (reference)",
+                    step,
+                    lean.apply,
+                    1,
+                    above="uninstrumented",
+                    note="what auto times, each a Python wrapper with two clock reads; every 50 "
+                    "steps the list summed per name (LeanAuto)",
+                ),
                 Contender("uninstrumented", step, uninstrumented.apply, 1),
             ],
             rounds=ROUNDS,
@@ -430,4 +497,6 @@ def _auto_step_rounds(paired: Paired) -> None:
     assert phase == REPORT_PHASE  # 50 steps a turn: one report in the middle of every turn
     rounds = ROUNDS + WARMUP_ROUNDS
     assert len(times) == REPORT_EVERY * rounds * 5  # 4 module calls and one optimizer step each
+    assert lean_auto.reports == rounds  # the lean row reported once a turn too
+    assert lean_auto.totals["optimizer"][0] == REPORT_EVERY * rounds - REPORT_PHASE
     assert not any("forward" in vars(m) for m in model.modules())  # auto took its own off
