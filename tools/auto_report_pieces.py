@@ -16,7 +16,8 @@ what the report evicts for the steps after it included. Parts:
 - ``nothroughput``: no throughput;
 - ``nocost``: no self-cost count nor ``SelfCost``;
 - ``nobuild``: no ``Report`` built;
-- ``nosignals``: neither the signal handlers' check nor the clock refresh.
+- ``nosignals``: neither the signal handlers' check nor the clock refresh;
+- several joined by ``+`` (``nomemory+nobuild``): all of them in one row.
 
 Each of these rows differs from ``auto`` by a few hundredths of the baseline, about this
 machine's noise between runs: run it two or three times.
@@ -74,6 +75,9 @@ def main() -> None:
             (reporter_module.config, "refresh_auto_clock", noop),
         ],
     }
+    for combined in args.parts:  # "nomemory+nobuild": both parts in one row
+        if "+" in combined and all(p in parts for p in combined.split("+")):
+            parts[combined] = [patch for p in combined.split("+") for patch in parts[p]]
     unknown = sorted(set(args.parts) - set(parts))
     if unknown:
         parser.error(f"unknown part(s) {', '.join(unknown)}; expected some of {', '.join(parts)}")
