@@ -42,7 +42,7 @@ def main() -> None:
     sys.path[:0] = [str(ROOT / "tests" / "benchmarks"), str(ROOT / "tests"), str(ROOT)]
     import torch
     from paired import Contender, run_paired
-    from test_auto_overhead import REPORT_PHASE, one_model_rows
+    from test_auto_overhead import REPORT_EVERY, one_model_rows, reach_report_phase
 
     import instrument.reporter as reporter_module
     from instrument import registry
@@ -98,14 +98,13 @@ def main() -> None:
         def setup() -> None:
             restore()
             instrumentation.apply()
-            for owner, name, value in parts.get(part, []) if part else []:
+            for owner, name, value in parts[part] if part else []:
                 setattr(owner, name, value)
 
         return setup
 
     auto.apply()
-    while reporter.steps != REPORT_PHASE:
-        step()
+    reach_report_phase(step, reporter)
     rows = [
         Contender("hand", step, turn(None, hand), 1, baseline=True, above="plain"),
         Contender("auto", step, turn(None, auto), 1, above="plain"),
@@ -115,15 +114,22 @@ def main() -> None:
     ]
     try:
         summary, _ = run_paired(
-            rows, rounds=args.rounds, warmup_rounds=2, clock=thread_time_ns, block=49, settle=1
+            rows,
+            rounds=args.rounds,
+            warmup_rounds=2,
+            clock=thread_time_ns,
+            block=REPORT_EVERY - 1,
+            settle=1,
         )
     finally:
         restore()
         auto.apply()
         handle.remove()
-    print(f"{'row':14s} {'median step':>12s} {'ratio':>7s}")
+    width = max(len(row["label"]) for row in summary)
+    print(f"{'row':{width}s} {'median step':>12s} {'ratio':>7s}")
     for row in summary:
-        print(f"{row['label']:14s} {row['median_ns'] / 1e3:9.2f} µs {row['ratio_median']:7.3f}")
+        median_us, ratio = row["median_ns"] / 1e3, row["ratio_median"]
+        print(f"{row['label']:{width}s} {median_us:9.2f} µs {ratio:7.3f}")
 
 
 if __name__ == "__main__":

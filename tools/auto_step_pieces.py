@@ -7,8 +7,8 @@ optimizer. States — uninstrumented, the benchmark's hand-written hooks, its le
 hand-written equivalent of ``auto`` (``LeanAuto``: a Python wrapper with two clock reads on
 each thing ``auto`` times), ``auto``, and ``auto`` with only its module regions, only its
 optimizer hooks (tick and ``zero_grad`` included) or only its ``backward`` — are put in
-place before each step
-(``Instrumentation`` of the benchmark), rotating; every step's thread CPU time is kept.
+place before each step (``Instrumentation`` of the benchmark), rotating; every step's
+thread CPU time is kept.
 Printed: each state's 5th, 25th and 50th percentile of single steps, and each minus the
 uninstrumented one's. ``--block N`` runs N steps of a state in a row and keeps all but the
 first (warm: the same instrumentation ran the step before, as in a training loop, and as

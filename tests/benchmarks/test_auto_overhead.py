@@ -300,7 +300,7 @@ class LeanAuto:
         opt.zero_grad = self._timed("zero_grad", opt.zero_grad)  # type: ignore[method-assign]
         append = self.times.append
 
-        def timed_step(*args: Any, **kwargs: Any) -> Any:
+        def timed_step(*args: Any, **kwargs: Any) -> Any:  # _timed's body + the tick, one frame
             start = perf_counter_ns()
             result = step(*args, **kwargs)
             append(("optimizer", perf_counter_ns() - start))
@@ -449,16 +449,22 @@ def one_model_rows() -> Rows:
     return Rows(step, uninstrumented, hand, auto, times, handle, lean, lean_auto)
 
 
+def reach_report_phase(step: Callable[[], None], reporter: instrument.Reporter) -> None:
+    """Step (``auto`` in place) until ``auto``'s reporter is ``REPORT_PHASE`` steps past its
+    last report: at most one interval, or ``AssertionError`` (its steps do not tick it)."""
+    for _ in range(REPORT_EVERY):
+        if reporter.steps == REPORT_PHASE:
+            break
+        step()
+    assert reporter.steps == REPORT_PHASE, "auto's steps do not tick its reporter"
+
+
 def _auto_step_rounds(paired: Paired) -> None:
     step, uninstrumented, hand, timed, times, handle, lean, lean_auto = one_model_rows()
     model = handle.model
     assert model is not None
     timed.apply()
-    for _ in range(REPORT_EVERY):  # auto's steps since its last report: REPORT_PHASE
-        if handle.reporter.steps == REPORT_PHASE:
-            break
-        step()
-    assert handle.reporter.steps == REPORT_PHASE, "auto's steps do not tick its reporter"
+    reach_report_phase(step, handle.reporter)
     try:
         paired(
             [
