@@ -20,7 +20,7 @@ from typing import Any
 from instrument import diffstats
 from instrument.diffstats import Shift
 from instrument.reading import ReportFileError, locate, read_file
-from instrument.report import Report
+from instrument.report import FLUSH_ROW, Report
 from instrument.sinks.console import Console
 
 PLOT_HINT = 'plot needs matplotlib: pip install "torch-instrument[plot]"'
@@ -29,9 +29,10 @@ OTHER_ROW = "(other)"  # step time no top-level region covered
 REST_ROW = "other regions"  # the plot's regions outside the top K
 FEW_REPORTS = 3  # fewer reports per run after warm-up cannot show its noise
 #: Labels the CLI draws itself; a region named like one is shown quoted (see shown_name).
-OWN_ROWS = frozenset({STEP_ROW, OTHER_ROW, REST_ROW})
-HATCH = {OTHER_ROW: "///"}  # the uncovered time: hatched, never mistaken for a region
-EDGE = {OTHER_ROW: "#9a9a9a"}
+OWN_ROWS = frozenset({STEP_ROW, OTHER_ROW, REST_ROW, FLUSH_ROW})
+#: the uncovered time and instrument's own: hatched, never mistaken for a region
+HATCH = {OTHER_ROW: "///", FLUSH_ROW: "..."}
+EDGE = {OTHER_ROW: "#9a9a9a", FLUSH_ROW: "#8a7d63"}
 
 
 class CliError(Exception):
@@ -174,6 +175,8 @@ def profile(run: Run, skip_first: int | None) -> Profile:
         if report.step_time is not None:
             row[STEP_ROW] = report.step_time.total * factor
             row[OTHER_ROW] = (report.other or 0.0) * factor
+            if report.flush_time:
+                row[FLUSH_ROW] = report.flush_time * factor
         for node in report.nodes:
             row[node.path] = row.get(node.path, 0.0) + node.total * factor
         count = report.steps or 1
@@ -420,19 +423,22 @@ def series(reports: Sequence[Report], top: int) -> Series:
         row = {n.path: n.self * scale for n in report.nodes if not n.concurrent}
         if report.step_time is not None:
             row[OTHER_ROW] = (report.other or 0.0) * scale
+            if report.flush_time:
+                row[FLUSH_ROW] = report.flush_time * scale
         rows.append(row)
     overall: dict[str, float] = {}
     for row in rows:
         for path, ms in row.items():
-            if path != OTHER_ROW:
+            if path not in (OTHER_ROW, FLUSH_ROW):
                 overall[path] = overall.get(path, 0.0) + ms
     ranked = [p for p in sorted(overall, key=lambda p: (-overall[p], p)) if overall[p] > 0.0]
     chosen, rest = ranked[:top], set(ranked[top:])
     layers = {path: [row.get(path, 0.0) for row in rows] for path in chosen}
     if rest:
         layers[REST_ROW] = [sum(ms for p, ms in row.items() if p in rest) for row in rows]
-    if any(row.get(OTHER_ROW) for row in rows):
-        layers[OTHER_ROW] = [row.get(OTHER_ROW, 0.0) for row in rows]
+    for own in (FLUSH_ROW, OTHER_ROW):
+        if any(row.get(own) for row in rows):
+            layers[own] = [row.get(own, 0.0) for row in rows]
     step_ms = None
     if all(report.step_time is not None for report in kept):
         step_ms = [
@@ -516,7 +522,7 @@ def _colors(names: Sequence[str]) -> dict[str, Any]:
 
     tab10, tab20b = colormaps["tab10"], colormaps["tab20b"]
     palette = [tab10(i) for i in range(10) if i != 7] + [tab20b(i) for i in range(20)]
-    greys = {REST_ROW: "#8c8c8c", OTHER_ROW: "#ffffff"}
+    greys = {REST_ROW: "#8c8c8c", OTHER_ROW: "#ffffff", FLUSH_ROW: "#d8cfbd"}
     regions = [n for n in names if n not in greys]
     out: dict[str, Any] = {n: palette[i % len(palette)] for i, n in enumerate(regions)}
     out.update((n, greys[n]) for n in names if n in greys)

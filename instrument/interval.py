@@ -32,12 +32,17 @@ def build_report(
     throughput: Throughput | None = None,
     memory: Mapping[str, int] | None = None,
     self_cost: SelfCost | None = None,
+    flush_ns: int = 0,
 ) -> Report:
     """Turn one interval's collected columns (:func:`registry.collect`) into a normalized
     :class:`Report`, whose nodes are built when first read; ``step_time`` summarizes the
-    interval's step times (``NodeBase.take()``)."""
+    interval's step times (``NodeBase.take()``), ``flush_ns`` is the previous flush's time
+    inside them and outside every region."""
     scale = _scaler(normalizer, steps)
     step_stats = None if not steps or step_time is None else scale(stats_of(step_time))
+    flush_time = 0.0
+    if step_stats is not None and flush_ns > 0:
+        flush_time = min(scale(Stats.empty().with_total(flush_ns / 1e9)).total, step_stats.total)
     rank, world = rank_and_world()
     return unchecked(
         Report,
@@ -54,6 +59,7 @@ def build_report(
         throughput=throughput,
         memory=dict(memory or {}),
         self_cost=self_cost,
+        flush_time=flush_time,
     )
 
 

@@ -26,6 +26,8 @@ MAX_INT_DIGITS = 20
 #: Fields that count something: an int >= 0.
 COUNTS = frozenset({"steps", "step", "index", "rank", "world_size", "group_size", "count",
                     "bytes", "stragglers_count", "ranks_present", "level"})  # fmt: skip
+#: Report-level times that cannot be negative.
+TIMES = frozenset({"flush_time"})
 
 
 class ReportFileError(ValueError):
@@ -237,6 +239,8 @@ def _bad_values(data: dict[str, Any], prefix: str) -> Iterator[str]:
             yield f"{key} is {value:.3e}; too large for a report"
         elif name in COUNTS and isinstance(value, int | float) and value < 0:
             yield f"{key} is {value}; expected a count >= 0"
+        elif name in TIMES and isinstance(value, int | float) and value < 0:
+            yield f"{key} is {value}; expected a time >= 0"
     normalizer = data.get("normalizer", 1.0)
     if not isinstance(normalizer, str) and not normalizer > 0.0:
         yield f"normalizer is {normalizer}; expected a number > 0 or 'steps'"

@@ -173,7 +173,7 @@ class PathNode(NodeBase):
                 node.mode = mode
                 self.children[name] = node
                 _live_paths += 1
-                if self is ROOT and threading.get_ident() != _stepping():
+                if self is ROOT and threading.get_ident() != stepping_ident():
                     concurrent.add(node)  # another thread's work overlaps the steps
             elif mode != "cpu":
                 node.mode = mode
@@ -220,7 +220,8 @@ concurrent: set[PathNode] = set()
 stepping_thread: int | None = None
 
 
-def _stepping() -> int | None:
+def stepping_ident() -> int | None:
+    """The thread that ends the steps: the last one that did, else the main thread."""
     return stepping_thread if stepping_thread is not None else threading.main_thread().ident
 
 

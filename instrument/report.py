@@ -12,6 +12,8 @@ from instrument.stats import Stats
 from instrument.throughput import Throughput
 
 FORMAT_VERSION = 1
+#: The line that shows a report's ``flush_time`` (trees, tables, charts).
+FLUSH_ROW = "(instrument flush)"
 
 #: ``Report.render``'s implementation: :func:`instrument.tree.render_text`, which registers
 #: itself when imported (``import instrument`` does), so the model never imports its renderer.
@@ -426,6 +428,9 @@ class Report:
     cross-rank flush could not run (a rank missing or at another interval), the report is
     this rank's own and ``across_note`` says why, naming the ranks. ``self_cost`` says what
     the timing itself cost in the interval (``None`` in a report not made by a flush).
+    ``flush_time`` is the previous flush's own time where it fell inside this interval's
+    steps and outside every region (normalized like the nodes): the tree shows it as
+    ``(instrument flush)``, and :attr:`other` does not count it.
     A flush's report builds its ``nodes`` the first time they are read (:class:`LazyNodes`);
     ``len(report)`` does not build them.
     """
@@ -449,6 +454,7 @@ class Report:
     stragglers_count: int = 0
     across_note: str = ""
     self_cost: SelfCost | None = None
+    flush_time: float = 0.0
 
     @property
     def _by_path(self) -> dict[str, Node]:
@@ -491,12 +497,13 @@ class Report:
 
     @property
     def other(self) -> float | None:
-        """Step time no top-level region covered (seconds), or ``None`` without steps.
-        Concurrent regions (async work) cover nothing: they overlap the others."""
+        """Step time no top-level region covered (seconds), less :attr:`flush_time`, or
+        ``None`` without steps. Concurrent regions (async work) cover nothing: they overlap
+        the others."""
         if self.step_time is None:
             return None
         covered = sum(node.total for node in self.children("") if not node.concurrent)
-        return max(self.step_time.total - covered, 0.0)
+        return max(self.step_time.total - covered - self.flush_time, 0.0)
 
     def render(self, *, unicode: bool = True, width: int | None = None) -> str:
         """The text tree (see :func:`instrument.tree.render_text`)."""
@@ -525,6 +532,7 @@ class Report:
             "stragglers_count": self.stragglers_count,
             "across_note": self.across_note,
             "self_cost": None if self.self_cost is None else self.self_cost.to_dict(),
+            "flush_time": self.flush_time,
             "nodes": [node.to_dict() for node in self.nodes],
         }
 
@@ -564,4 +572,5 @@ class Report:
             stragglers_count=int(data.get("stragglers_count", 0)),
             across_note=str(data.get("across_note", "")),
             self_cost=None if cost is None else SelfCost.from_dict(cost),
+            flush_time=float(data.get("flush_time", 0.0)),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import numbers
+import threading
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from types import TracebackType
@@ -224,6 +225,7 @@ class Reporter:
         self._closed = False
         self._exiting = False  # set by the flush at interpreter exit
         self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
+        self._last_flush_in_steps = False  # ... and whether it fell outside every region
         self._start_interval()
         config.refresh_auto_clock()
         lifecycle.track(self)
@@ -352,7 +354,8 @@ class Reporter:
         entered = _state.now()
         region_ns = selfcost.region_ns()  # calibrated at the first flush: its time counted
         hooked_ns = selfcost.hook_ns()  # likewise, at the first flush after auto()
-        collected = registry.collect(registry.open_calls(frames._get()))
+        open_now = registry.open_calls(frames._get())
+        collected = registry.collect(open_now)
         step_time = self._counter.times.take()
         rates = self._throughput()
         memory = self._memory.sample() if self._memory is not None else {}
@@ -384,10 +387,16 @@ class Reporter:
             throughput=rates,
             memory=memory,
             self_cost=cost,
+            flush_ns=self._last_flush_ns if self._last_flush_in_steps else 0,
         )
         report = self._across_ranks(report)
         self._emit(report)
         self._last_flush_ns = _state.now() - entered
+        # in no region of the thread that ends the steps, this flush's time falls in the
+        # next step's and would read as (other): the next report names it
+        self._last_flush_in_steps = (
+            not open_now and threading.get_ident() == registry.stepping_ident()
+        )
         return report
 
     def _across_ranks(self, report: Report) -> Report:

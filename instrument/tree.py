@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from instrument import report as _model
-from instrument.report import Node, Report, SelfCost, Straggler
+from instrument.report import FLUSH_ROW, Node, Report, SelfCost, Straggler
 
 UNICODE_LINES = ("├── ", "└── ", "│   ", "    ")
 ASCII_LINES = ("|-- ", "`-- ", "|   ", "    ")
@@ -48,7 +48,8 @@ def _label_name(node: Node, parent: str) -> str:
 
 
 def rows(report: Report, *, unicode: bool = True) -> list[Row]:
-    """The rows of the tree: an optional step root, regions, and an "(other)" line."""
+    """The rows of the tree: an optional step root, regions, the previous flush's line and
+    an "(other)" line."""
     tee, elbow, pipe, blank = UNICODE_LINES if unicode else ASCII_LINES
     kids = children_by_parent(report)
     has_device = any(node.device is not None for node in report.nodes)
@@ -102,12 +103,18 @@ def rows(report: Report, *, unicode: bool = True) -> list[Row]:
             )
         )
         other = report.other or 0.0
+        flush = report.flush_time
         add(
             [
-                (node, "", "", i == len(top) - 1 and other <= 0.0, step.total)
+                (node, "", "", i == len(top) - 1 and other <= 0.0 and flush <= 0.0, step.total)
                 for i, node in enumerate(top)
             ]
         )
+        if flush > 0.0:
+            branch = tee if other > 0.0 else elbow
+            out.append(
+                Row(f"{branch}{FLUSH_ROW}", flush, _percent(flush, step.total), None, None, None)
+            )
         if other > 0.0:
             out.append(Row(f"{elbow}(other)", other, _percent(other, step.total), None, None, None))
     else:

@@ -32,6 +32,7 @@ BASE = {"data": 0.002, "forward": {"embed": 0.001, "encoder": 0.006, "head": 0.0
 SLOW = {**BASE, "forward": {"embed": 0.001, "encoder": 0.008, "head": 0.002}}  # encoder +2 ms
 WORLD = 4
 SLOW_RANK = 2
+FLUSH_COST = 0.001  # each flush's own time: 0.25 ms per step of the next report
 
 
 def run(clock: FakeClock, regions: Mapping[str, Any]) -> None:
@@ -46,10 +47,12 @@ def run(clock: FakeClock, regions: Mapping[str, Any]) -> None:
 def write_run(path: Path, regions: Mapping[str, Any], reports: int = 6, steps: int = 4) -> None:
     """``reports`` intervals of ``steps`` steps; every step runs ``regions`` (nested dicts),
     then 0.5 ms outside any region. Interval k takes k·0.1 ms longer in ``backward``
-    (some spread across reports, as a real run has)."""
+    (some spread across reports, as a real run has). Each flush takes :data:`FLUSH_COST`,
+    which the next report shows as its ``(instrument flush)`` line."""
     clock = FakeClock()
     with use_clock(clock):
-        reporter = instrument.Reporter(every=None, sinks=[JSONL(path)], memory=False)
+        sinks = [JSONL(path), lambda _: clock.advance(FLUSH_COST)]
+        reporter = instrument.Reporter(every=None, sinks=sinks, memory=False)
         for k in range(reports):
             for _ in range(steps):
                 run(clock, {**regions, "backward": regions["backward"] + k * 1e-4})
@@ -137,12 +140,14 @@ def test_the_data_holds_every_interval_in_ms_per_step(
     assert len(data["intervals"]) == 6
     last = data["intervals"][-1]
     assert (last["s"], last["n"]) == (24, 4)
-    assert last["st"] == pytest.approx(2 + 11 + 12.5 + 3 + 0.5)
+    assert last["st"] == pytest.approx(2 + 11 + 12.5 + 3 + 0.5 + 0.25)
+    assert (last["o"], last["f"]) == pytest.approx((0.5, 0.25))  # (other), the flush line
+    assert "f" not in data["intervals"][0]  # no flush before the first
     rows = {data["paths"][row[0]]: row for row in last["d"]}
     assert rows["forward"][1:3] == pytest.approx([11.0, 4])  # ms per step, calls
     assert len(rows["forward"]) == 6  # no device time, not open
     assert rows["forward/encoder"][1] == pytest.approx(8.0)
-    assert last["tp"]["samples/s"] == pytest.approx(32 / 0.029)
+    assert last["tp"]["samples/s"] == pytest.approx(4 * 32 / (4 * 0.029 + FLUSH_COST))
     assert data["heat"] is None
     assert data["diff"] is None
 
@@ -360,7 +365,15 @@ def test_the_page_in_chromium(
         for g in browser.find_elements(By.CSS_SELECTOR, "#icicle g.node")
     }
     assert {"data", "forward", "forward/encoder", "forward/head", "backward", "optimizer",
-            "(other)"} <= shown  # fmt: skip
+            "(instrument flush)", "(other)"} <= shown  # fmt: skip
+    fills = {
+        path: browser.execute_script(
+            "return getComputedStyle(document.querySelector("
+            f"'#icicle g.node[data-path=\"{path}\"] rect')).fill"
+        )
+        for path in ("(instrument flush)", "(other)")
+    }
+    assert fills == {"(instrument flush)": "rgb(184, 170, 142)", "(other)": "rgb(228, 231, 236)"}
     labels = browser.find_element(By.ID, "icicle").text
     assert "encoder" in labels
     assert "backward" in labels

@@ -195,7 +195,7 @@ def test_evaluation_during_training_is_its_own_region() -> None:
 DDP_RUN = """
 import json, os, sys
 sys.path.insert(0, {tests!r})
-import transformers
+import torch.distributed, transformers
 from test_integration_transformers import gpt2, TokenData
 from instrument.integrations.transformers import InstrumentCallback
 from instrument.sinks import InMemory
@@ -213,6 +213,9 @@ grads = report["backward/ddp_all_reduce"] if "backward/ddp_all_reduce" in report
 with open(os.path.join({out!r}, "rank%s.json" % os.environ["RANK"]), "w") as f:
     json.dump({{"steps": report.steps, "grad_bytes": grads and grads.bytes,
                "parameters": sum(p.numel() for p in gpt2().parameters())}}, f)
+# as PyTorch documents: without it gloo's teardown at exit can abort a rank (SIGABRT,
+# "terminate called without an active exception") -- with or without instrument
+torch.distributed.destroy_process_group()
 """
 
 

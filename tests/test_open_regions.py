@@ -17,7 +17,8 @@ from instrument.testing import FakeClock, use_clock
 
 
 def check_consistent(report: Report) -> None:
-    """Children <= parent, self >= 0, and the top level plus (other) is the step time."""
+    """Children <= parent, self >= 0, and the top level plus the flush line plus (other) is
+    the step time (the flush line never more than the top level left uncovered)."""
     for node in report.nodes:
         below = sum(c.total for c in report.children(node.path) if not c.concurrent)
         assert below <= node.total + 1e-12, (report.index, node.path)
@@ -26,8 +27,10 @@ def check_consistent(report: Report) -> None:
     if report.step_time is not None:
         top = sum(n.total for n in report.children("") if not n.concurrent)
         assert report.other is not None
-        assert top + report.other == pytest.approx(report.step_time.total, abs=1e-12)
-        assert top <= report.step_time.total + 1e-12
+        assert top + report.flush_time + report.other == pytest.approx(
+            report.step_time.total, abs=1e-12
+        )
+        assert top + report.flush_time <= report.step_time.total + 1e-12
 
 
 def test_train_region_around_the_loop_issue_example(clock: FakeClock) -> None:
@@ -287,18 +290,28 @@ def _run_block(
 
 
 @settings(max_examples=60, deadline=None)
-@given(tree=st.lists(blocks, min_size=1, max_size=3))
+@given(
+    tree=st.lists(st.tuples(blocks, st.booleans()), min_size=1, max_size=3),
+    flush_cost=micros,
+)
 def test_random_trees_flushed_anywhere_stay_consistent_and_conserve_time(
-    tree: list[Any],
+    tree: list[Any], flush_cost: int
 ) -> None:
+    """Flushes inside regions and between them, each taking ``flush_cost`` µs (its time is
+    in its region, or the next report's flush line)."""
     instrument.testing.reset()
     clock = FakeClock()
     with use_clock(clock):
         sink = InMemory()
-        reporter = instrument.Reporter(every=None, sinks=[sink])
+        reporter = instrument.Reporter(
+            every=None, sinks=[sink, lambda _: clock.advance(flush_cost * 1e-6)]
+        )
         truth: dict[str, int] = {}
-        for block in tree:
+        for block, flush_after in tree:
             _run_block(block, clock, reporter, "", truth)
+            if flush_after:
+                instrument.step()
+                reporter.flush()
         instrument.step()
         reporter.close()
     for report in sink.reports:

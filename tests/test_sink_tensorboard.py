@@ -78,6 +78,7 @@ def test_every_region_and_statistic_reads_back_at_the_report_step(
         *(f"time/{p}/{s}" for p in ("step", "step/forward") for s in ("self_ms", "count")),
         *(f"step_time/{s}" for s in ("total_ms", "mean_ms", "max_ms", "p90_ms", "count")),
         "step_time/other_ms",
+        "step_time/flush_ms",
         *(f"instrument/{s}" for s in ("share", "regions", "region_ns", "flush_ms")),
         *(f"throughput/{f}" for f in ("steps_per_sec", "samples_per_sec", "tokens_per_sec")),
     }  # no tflops / mfu: unknown without a FLOP count, so never written

@@ -91,6 +91,8 @@ def _interval(report: Report, index: dict[str, int]) -> dict[str, Any]:
         "o": _ms(None if report.other is None else report.other * per_step),
         "d": rows,
     }
+    if report.flush_time > 0.0:
+        out["f"] = _ms(report.flush_time * per_step)
     rates = report.throughput
     if rates is not None:
         out["tp"] = {

@@ -6,6 +6,8 @@ const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948
   "#ff9da7", "#9c755f", "#5778a4", "#e49444", "#6a9f58", "#d1615d", "#85b6b2", "#e7ca60"];
 const REST_COLOR = "#8d96a6";   // "other regions": regions outside the top ones
 const OTHER_COLOR = "#d6dae1";  // "(other)": step time no region covered
+const FLUSH_COLOR = "#b8aa8e";  // "(instrument flush)": the previous report's own time
+const FLUSH_ROW = "(instrument flush)";
 
 function el(name, attrs, parent) {
   const node = document.createElementNS(SVG, name);
@@ -123,6 +125,8 @@ function buildTree(data, interval) {
   let covered = 0;
   for (const child of root.children) if (!child.concurrent) covered += child.total;
   root.total = interval.st !== null && interval.st !== undefined ? interval.st : covered;
+  if (interval.f) root.children.push({ path: FLUSH_ROW, name: FLUSH_ROW, total: interval.f,
+    children: [], other: true, flush: true, self: interval.f });
   if (interval.o) root.children.push({ path: "(other)", name: "(other)", total: interval.o,
     children: [], other: true, self: interval.o });
   root.self = root.total - covered;
@@ -160,9 +164,9 @@ function drawIcicle(data, state) {
   svg.setAttribute("height", rows * rowH);
   const stepTotal = root.total || 1;
   const place = (node, x, w, row, cls) => {
-    const g = el("g", { class: "node" + (cls ? " " + cls : "") + (node.other ? " other" : ""),
+    const g = el("g", { class: "node" + (cls ? " " + cls : "") + (node.other ? " other" : "") + (node.flush ? " flush" : ""),
       "data-path": node.path || "(root)", transform: `translate(${x},${row * rowH})` }, svg);
-    const fill = node.other ? OTHER_COLOR : node.path === "" ? "#9aa5b8" : colorOf(node.path.split("/")[0]);
+    const fill = node.flush ? FLUSH_COLOR : node.other ? OTHER_COLOR : node.path === "" ? "#9aa5b8" : colorOf(node.path.split("/")[0]);
     el("rect", { width: Math.max(w, 0.5), height: rowH - 1, fill, rx: 2 }, g);
     if (w > 40) {
       const label = el("text", { x: 4, y: rowH / 2 + 4 }, g);
@@ -328,6 +332,7 @@ function drawTimeline(data, state, pick) {
     series.push({ name: "other regions (self)", color: REST_COLOR,
       values: ivs.map((iv) => { let sum = 0; for (const [i, v] of selfTimes(data, iv)) if (rest.has(i)) sum += v; return sum; }) });
   }
+  if (ivs.some((iv) => iv.f)) series.push({ name: FLUSH_ROW, color: FLUSH_COLOR, values: ivs.map((iv) => iv.f || 0) });
   if (ivs.some((iv) => iv.o)) series.push({ name: "(other): no region", color: OTHER_COLOR, values: ivs.map((iv) => iv.o || 0) });
   const stepLine = ivs.some((iv) => iv.st !== null && iv.st !== undefined)
     ? { name: `${data.per} time`, values: ivs.map((iv) => (iv.st === undefined ? null : iv.st)) } : null;

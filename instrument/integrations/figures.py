@@ -16,7 +16,8 @@ def figures(report: Report, mode: str = "compact", depth: int = 1) -> dict[str, 
 
     "compact": per-step milliseconds of each region down to ``depth`` levels
     (``instrument/forward_ms``, ``instrument/optimizer_ms``), ``instrument/step_ms``,
-    ``instrument/other_ms`` and the known throughput rates. "all": every scalar the
+    ``instrument/other_ms``, ``instrument/flush_ms`` (the report's ``flush_time``) and the
+    known throughput rates. "all": every scalar the
     TensorBoard sink writes (:func:`instrument.sinks.scalars.scalars`).
     """
     if mode == "all":
@@ -29,6 +30,7 @@ def figures(report: Report, mode: str = "compact", depth: int = 1) -> dict[str, 
     if report.step_time is not None:
         out["instrument/step_ms"] = report.step_time.mean * 1e3
         out["instrument/other_ms"] = (report.other or 0.0) * 1e3
+        out["instrument/flush_ms"] = report.flush_time * 1e3
     rates = report.throughput
     if rates is not None:
         for name in ("samples_per_sec", "tokens_per_sec", "tflops", "mfu"):

@@ -14,7 +14,9 @@ Tags, with ``<path>`` the region's path (``step/forward``):
 - ``stragglers/count`` (ranks named as stragglers; in a combined report) and per straggler
   ``stragglers/rank_<r>/min_score`` and ``stragglers/rank_<r>/intervals``.
 - ``step_time/total_ms``, ``mean_ms``, ``max_ms``, ``p90_ms``, ``count`` (steps in the
-  interval) and ``other_ms`` (step time no top-level region covered), when steps were marked.
+  interval), ``flush_ms`` (the previous flush's time in the steps, outside every region) and
+  ``other_ms`` (step time no top-level region covered, less ``flush_ms``), when steps were
+  marked.
 - ``throughput/<field>``: ``steps_per_sec``, ``samples_per_sec``, ``tokens_per_sec``,
   ``tflops``, ``mfu`` (those that are known).
 - ``memory/<key>_gib`` for the byte counts of ``report.memory`` (GiB = 2**30 bytes), and
@@ -151,6 +153,7 @@ def scalars(report: Report) -> dict[str, float]:
         _times(out, "step_time", report.step_time)
         out["step_time/count"] = float(report.steps)
         out["step_time/other_ms"] = (report.other or 0.0) * MS
+        out["step_time/flush_ms"] = report.flush_time * MS
     rates = report.throughput
     if rates is not None:
         for name in THROUGHPUT_FIELDS:

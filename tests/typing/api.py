@@ -363,7 +363,7 @@ def check_report_and_node() -> None:
     step_time: instrument.Stats | None = report.step_time
     normalizer: float | str = report.normalizer
     ints: list[int] = [report.steps, report.index, report.rank, report.world_size, len(report)]
-    floats: list[float] = [report.start_time, report.end_time]
+    floats: list[float] = [report.start_time, report.end_time, report.flush_time]
     has: bool = "outer" in report
     text: str = report.render(unicode=False, width=30)
     data: dict[str, Any] = report.to_dict()

@@ -1,0 +1,159 @@
+"""The flush's own time is a line of the tree, ``(instrument flush)``, not ``(other)``.
+
+A flush due at a step runs after that step's tick, so its time falls in the next step: it
+read as ``(other)`` ("in no region": your code) although it was the reporter collecting,
+gathering and writing the last report.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+import instrument
+from instrument import cli
+from instrument.html import _interval
+from instrument.integrations.figures import figures
+from instrument.reading import ReportFileError, read_file
+from instrument.report import FLUSH_ROW, Report
+from instrument.sinks import InMemory
+from instrument.sinks.scalars import scalars
+from instrument.testing import FakeClock
+
+FLUSH = 0.030  # what each flush costs: its sink moves the fake clock
+WORK = 0.010  # the "work" region of a step
+LOOSE = 0.002  # untimed work of a step: the real (other)
+
+
+def costly_sink(clock: FakeClock, reports: list[Report]) -> InMemory:
+    """A sink that keeps the reports and takes :data:`FLUSH` seconds."""
+    sink = InMemory()
+
+    def write(report: Report) -> None:
+        reports.append(report)
+        clock.advance(FLUSH)
+
+    sink.write = write  # type: ignore[method-assign]
+    return sink
+
+
+def run_steps(clock: FakeClock, steps: int) -> None:
+    for _ in range(steps):
+        with instrument.timed("work"):
+            clock.advance(WORK)
+        clock.advance(LOOSE)
+        instrument.step()
+
+
+def test_the_previous_flush_is_its_own_line_and_not_other(clock: FakeClock) -> None:
+    reports: list[Report] = []
+    reporter = instrument.Reporter(every=2, sinks=[costly_sink(clock, reports)], memory=False)
+    run_steps(clock, 6)
+    reporter.close()
+    first, second, third = reports[:3]
+    assert first.flush_time == 0.0  # no flush before it
+    assert first.other == pytest.approx(2 * LOOSE)
+    for report in (second, third):
+        assert report.self_cost is not None
+        assert report.self_cost.flush_seconds == pytest.approx(FLUSH)
+        assert report.flush_time == pytest.approx(FLUSH)
+        assert report.other == pytest.approx(2 * LOOSE)  # it held the flush as well: 34 ms
+        assert report.step_time is not None
+        assert report.step_time.total == pytest.approx(2 * (WORK + LOOSE) + FLUSH)
+    lines = second.render().splitlines()
+    flush_line = next(line for line in lines if FLUSH_ROW in line)
+    assert flush_line.split()[-2:] == ["30.000", "55.6"]  # ms, % of the step line
+    assert lines[-1].split()[-3:] == ["(other)", "4.000", "7.4"]
+    assert lines.index(flush_line) == len(lines) - 2  # after the regions, before (other)
+
+
+def test_normalized_per_step_like_the_regions(clock: FakeClock) -> None:
+    reports: list[Report] = []
+    reporter = instrument.Reporter(
+        every=2, sinks=[costly_sink(clock, reports)], memory=False, normalizer="steps"
+    )
+    run_steps(clock, 4)
+    reporter.close()
+    second = reports[1]
+    assert second.flush_time == pytest.approx(FLUSH / 2)
+    assert second.other == pytest.approx(LOOSE)
+    assert second["work"].total == pytest.approx(WORK)
+
+
+def test_the_line_is_drawn_last_but_one_or_last(clock: FakeClock) -> None:
+    """Without (other), the flush line closes the tree with an elbow."""
+    reports: list[Report] = []
+    reporter = instrument.Reporter(every=1, sinks=[costly_sink(clock, reports)], memory=False)
+    for _ in range(2):
+        with instrument.timed("work"):
+            clock.advance(WORK)
+        instrument.step()
+    reporter.close()
+    assert reports[1].other == 0.0
+    assert reports[1].render().splitlines()[-1].startswith(f"└── {FLUSH_ROW}")
+    assert reports[1].render(unicode=False).splitlines()[-2].startswith("|-- work")
+
+
+def test_a_flush_inside_a_region_stays_in_that_region(clock: FakeClock) -> None:
+    """Stepping inside ``with timed("train")``: the flush's time is train's, as measured."""
+    reports: list[Report] = []
+    reporter = instrument.Reporter(every=2, sinks=[costly_sink(clock, reports)], memory=False)
+    with instrument.timed("train"):
+        run_steps(clock, 4)
+    reporter.close()
+    second = reports[1]
+    assert second.flush_time == 0.0
+    assert second["train"].total == pytest.approx(2 * (WORK + LOOSE) + FLUSH)
+    assert FLUSH_ROW not in second.render()
+
+
+def test_a_flush_from_another_thread_is_not_in_the_steps(clock: FakeClock) -> None:
+    """The steps' thread did not wait for it: its time is no part of their (other)."""
+    reports: list[Report] = []
+    reporter = instrument.Reporter(every=None, sinks=[costly_sink(clock, reports)], memory=False)
+    run_steps(clock, 2)
+    helper = threading.Thread(target=reporter.flush)
+    helper.start()
+    helper.join()
+    run_steps(clock, 2)
+    reporter.flush()
+    assert [r.flush_time for r in reports] == [0.0, 0.0]
+    assert reports[1].other == pytest.approx(2 * LOOSE + FLUSH)  # the clock moved: untimed
+
+
+def test_every_view_of_a_report_shows_it(clock: FakeClock, tmp_path: Path) -> None:
+    reports: list[Report] = []
+    reporter = instrument.Reporter(every=2, sinks=[costly_sink(clock, reports)], memory=False)
+    run_steps(clock, 6)
+    reporter.close()
+    second = reports[1]
+    assert Report.from_dict(json.loads(json.dumps(second.to_dict()))) == second
+    tags = scalars(second)
+    assert tags["step_time/flush_ms"] == pytest.approx(FLUSH * 1e3)
+    assert tags["step_time/other_ms"] == pytest.approx(2 * LOOSE * 1e3)
+    assert figures(second)["instrument/flush_ms"] == pytest.approx(FLUSH * 1e3)
+    interval = _interval(second, {path: i for i, path in enumerate(second.paths())})
+    assert interval["f"] == pytest.approx(FLUSH / 2 * 1e3)  # per step
+    assert interval["o"] == pytest.approx(LOOSE * 1e3)
+    # the CLI's per-step profile and plot layers
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in reports[:3]))
+    run = cli.load(str(path), None)
+    means = cli.profile(run, skip_first=0).times
+    assert means[FLUSH_ROW] == pytest.approx(2 * FLUSH / 6)  # two flushes in six steps
+    assert means["(other)"] == pytest.approx(LOOSE)
+    layers = cli.series(run.reports, top=3).layers
+    assert list(layers)[-2:] == [FLUSH_ROW, "(other)"]
+    assert layers[FLUSH_ROW] == pytest.approx([0.0, FLUSH / 2 * 1e3, FLUSH / 2 * 1e3])
+
+
+def test_a_report_file_with_a_negative_flush_time_is_refused(tmp_path: Path) -> None:
+    data = Report(step_time=None).to_dict()
+    data["flush_time"] = -1.0
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(data) + "\n")
+    with pytest.raises(ReportFileError, match=r"flush_time is -1\.0; expected a time >= 0"):
+        read_file(path)
