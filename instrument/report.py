@@ -428,9 +428,9 @@ class Report:
     cross-rank flush could not run (a rank missing or at another interval), the report is
     this rank's own and ``across_note`` says why, naming the ranks. ``self_cost`` says what
     the timing itself cost in the interval (``None`` in a report not made by a flush).
-    ``flush_time`` is the previous flush's own time where it fell inside this interval's
-    steps and outside every region (normalized like the nodes): the tree shows it as
-    ``(instrument flush)``, and :attr:`other` does not count it.
+    ``flush_time`` is the previous flush's time (with its barrier's wait) where it fell
+    inside this interval's steps and outside every region (normalized like the nodes): the
+    tree shows it as ``(instrument flush)``, and :attr:`other` does not count it.
     A flush's report builds its ``nodes`` the first time they are read (:class:`LazyNodes`);
     ``len(report)`` does not build them.
     """

@@ -225,7 +225,7 @@ class Reporter:
         self._closed = False
         self._exiting = False  # set by the flush at interpreter exit
         self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
-        self._last_flush_in_steps = False  # ... and whether it fell outside every region
+        self._flush_in_steps_ns = 0  # the previous flush with its barrier, if in the steps
         self._start_interval()
         config.refresh_auto_clock()
         lifecycle.track(self)
@@ -339,6 +339,7 @@ class Reporter:
 
     def flush(self) -> Report:
         """Snapshot and reset the registry, build the report, hand it to every sink."""
+        began = _state.now()
         lifecycle.install_signal_handlers()  # again, in case the default was put back
         if (
             self.barrier
@@ -387,16 +388,15 @@ class Reporter:
             throughput=rates,
             memory=memory,
             self_cost=cost,
-            flush_ns=self._last_flush_ns if self._last_flush_in_steps else 0,
+            flush_ns=self._flush_in_steps_ns,
         )
         report = self._across_ranks(report)
         self._emit(report)
         self._last_flush_ns = _state.now() - entered
-        # in no region of the thread that ends the steps, this flush's time falls in the
-        # next step's and would read as (other): the next report names it
-        self._last_flush_in_steps = (
-            not open_now and threading.get_ident() == registry.stepping_ident()
-        )
+        # in no region of the thread that ends the steps, this flush (and its barrier's wait)
+        # falls in the next step and would read as (other): the next report names it
+        in_steps = not open_now and threading.get_ident() == registry.stepping_ident()
+        self._flush_in_steps_ns = _state.now() - began if in_steps else 0
         return report
 
     def _across_ranks(self, report: Report) -> Report:

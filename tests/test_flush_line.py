@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from distributed_helpers import run_ranks
 
 import instrument
 from instrument import cli
@@ -157,3 +160,40 @@ def test_a_report_file_with_a_negative_flush_time_is_refused(tmp_path: Path) -> 
     path.write_text(json.dumps(data) + "\n")
     with pytest.raises(ReportFileError, match=r"flush_time is -1\.0; expected a time >= 0"):
         read_file(path)
+
+
+def barrier_worker(rank: int, world_size: int) -> list[tuple[float, float, float]]:
+    """Rank 1 takes 0.5 s longer before the second flush; rank 0 waits for it there."""
+    import torch.distributed as dist
+
+    dist.barrier()  # start together
+    reporter = instrument.Reporter(
+        every=None, memory=False, barrier=True, barrier_timeout=timedelta(seconds=30)
+    )
+    out = []
+    for interval in range(3):
+        with instrument.timed("work"):
+            time.sleep(0.01)
+        instrument.step()
+        if rank == 1 and interval == 1:
+            time.sleep(0.5)
+        report = reporter.flush()
+        assert report.self_cost is not None
+        assert report.other is not None
+        out.append((report.flush_time, report.self_cost.flush_seconds, report.other))
+    reporter.close()
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_the_reporters_barrier_wait_is_in_the_flush_line_not_other() -> None:
+    """``Reporter(barrier=True)``: the wait for the slow rank is the flush's (the self-cost's
+    "last flush" leaves it out: it is the other rank's time, not instrument's work)."""
+    fast, slow = run_ranks(barrier_worker, 2, timeout=100)
+    line, own, other = fast[2]
+    assert line >= 0.4  # waited at the barrier for rank 1's 0.5 s
+    assert line - own >= 0.4
+    assert other < 0.2
+    late_line, _, late_other = slow[2]  # (the sleep came after a tick: the next step's)
+    assert late_other >= 0.5  # rank 1's sleep: its own untimed work, in its (other)
+    assert late_line < 0.3  # rank 1 did not wait at that barrier
