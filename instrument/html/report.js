@@ -164,7 +164,8 @@ function drawIcicle(data, state) {
   svg.setAttribute("height", rows * rowH);
   const stepTotal = root.total || 1;
   const place = (node, x, w, row, cls) => {
-    const g = el("g", { class: "node" + (cls ? " " + cls : "") + (node.other ? " other" : "") + (node.flush ? " flush" : ""),
+    const kind = (node.other ? " other" : "") + (node.flush ? " flush" : "");
+    const g = el("g", { class: "node" + (cls ? " " + cls : "") + kind,
       "data-path": node.path || "(root)", transform: `translate(${x},${row * rowH})` }, svg);
     const fill = node.flush ? FLUSH_COLOR : node.other ? OTHER_COLOR : node.path === "" ? "#9aa5b8" : colorOf(node.path.split("/")[0]);
     el("rect", { width: Math.max(w, 0.5), height: rowH - 1, fill, rx: 2 }, g);
