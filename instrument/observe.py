@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -138,6 +138,23 @@ def exited(frame: tuple[Any, ...], t1: int) -> None:
     ring = trace
     if ring is not None:
         ring.append((frame[0], frame[1], t1, _get_native_id(), device))
+        trace_recorded += 1
+
+
+class TraceLabel(NamedTuple):
+    """What names a trace event that no region recorded (the reporter's own flush)."""
+
+    name: str
+    path: str
+
+
+def record_span(label: TraceLabel, t0: int, t1: int) -> None:
+    """Append a host event from ``t0`` to ``t1`` (ns) on this thread to the trace, if one
+    is open."""
+    global trace_recorded
+    ring = trace
+    if ring is not None:
+        ring.append((label, t0, t1, _get_native_id(), None))
         trace_recorded += 1
 
 

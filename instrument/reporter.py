@@ -18,7 +18,17 @@ from typing import Any
 
 import torch
 
-from instrument import _state, checks, clocks, config, lifecycle, registry, selfcost, throughput
+from instrument import (
+    _state,
+    checks,
+    clocks,
+    config,
+    lifecycle,
+    observe,
+    registry,
+    selfcost,
+    throughput,
+)
 from instrument import peak_flops as peaks
 from instrument._frozen import unchecked
 from instrument._warn import warn_once
@@ -30,7 +40,7 @@ from instrument.lifecycle import live_reporters as live_reporters
 from instrument.memory import MemorySampler
 from instrument.regions import frames
 from instrument.regions.region import check_level
-from instrument.report import Report, SelfCost
+from instrument.report import FLUSH_ROW, Report, SelfCost
 from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
 from instrument.stepcounter import StepCounter
@@ -38,6 +48,8 @@ from instrument.stepcounter import _check_every as _check_every
 from instrument.throughput import Throughput
 
 logger = logging.getLogger("instrument")
+#: The flush's own event in a trace (``ChromeTrace``).
+FLUSH_SPAN = observe.TraceLabel(FLUSH_ROW, FLUSH_ROW)
 
 RANKS = ("local", "max", "minmax", "all")
 INF = float("inf")
@@ -392,11 +404,13 @@ class Reporter:
         )
         report = self._across_ranks(report)
         self._emit(report)
-        self._last_flush_ns = _state.now() - entered
+        ended = _state.now()
+        self._last_flush_ns = ended - entered
         # in no region of the thread that ends the steps, this flush (and its barrier's wait)
         # falls in the next step and would read as (other): the next report names it
         in_steps = not open_now and threading.get_ident() == registry.stepping_ident()
-        self._flush_in_steps_ns = _state.now() - began if in_steps else 0
+        self._flush_in_steps_ns = ended - began if in_steps else 0
+        observe.record_span(FLUSH_SPAN, began, ended)  # the trace's next write shows it
         return report
 
     def _across_ranks(self, report: Report) -> Report:

@@ -23,6 +23,7 @@ from instrument.html import _interval
 from instrument.integrations.figures import figures
 from instrument.reading import ReportFileError, read_file
 from instrument.report import FLUSH_ROW, Report
+from instrument.sinks import ChromeTrace
 from instrument.sinks.scalars import scalars
 from instrument.testing import FakeClock
 
@@ -195,3 +196,23 @@ def test_the_reporters_barrier_wait_is_in_the_flush_line_not_other() -> None:
     late_line, _, late_other = slow[2]  # (the sleep came after a tick: the next step's)
     assert late_other >= 0.5  # rank 1's sleep: its own untimed work, in its (other)
     assert late_line < 0.3  # rank 1 did not wait at that barrier
+
+
+def test_the_trace_shows_each_flush_where_it_ran(clock: FakeClock, tmp_path: Path) -> None:
+    """The timeline's gap after each reported step is the flush: an event of its own,
+    written with the next report's events (the last one's when the sink closes)."""
+    reports: list[Report] = []
+    trace = ChromeTrace(tmp_path / "trace.json")
+    reporter = instrument.Reporter(
+        every=2, sinks=[trace, costly_sink(clock, reports)], memory=False
+    )
+    run_steps(clock, 6)
+    reporter.close()
+    events = [e for e in json.loads(trace.written.read_text())["traceEvents"] if e["ph"] == "X"]
+    flushes = [e for e in events if e["name"] == FLUSH_ROW]
+    assert [e["dur"] for e in flushes] == pytest.approx([FLUSH * 1e6] * 3)  # µs
+    step, flush = (WORK + LOOSE) * 1e6, FLUSH * 1e6
+    starts = [e["ts"] - events[0]["ts"] for e in flushes]
+    assert starts == pytest.approx([2 * step, 4 * step + flush, 6 * step + 2 * flush])
+    work = [e for e in events if e["name"] == "work"]
+    assert work[2]["ts"] == pytest.approx(flushes[0]["ts"] + flushes[0]["dur"])

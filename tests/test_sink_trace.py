@@ -18,6 +18,7 @@ import instrument
 from instrument import observe
 from instrument.regions import region as region_module
 from instrument.regions.region import CpuRegion, ObservedCpuRegion
+from instrument.report import FLUSH_ROW
 from instrument.sinks import ChromeTrace, trace
 from instrument.testing import FakeClock
 
@@ -28,7 +29,12 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def spans(document: dict[str, Any]) -> list[dict[str, Any]]:
-    return [e for e in document["traceEvents"] if e["ph"] == "X"]
+    """The regions' events (the reporter's own flushes left out)."""
+    return [e for e in document["traceEvents"] if e["ph"] == "X" and e["name"] != FLUSH_ROW]
+
+
+def flushes(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in document["traceEvents"] if e["ph"] == "X" and e["name"] == FLUSH_ROW]
 
 
 def test_complete_events_nest_as_the_regions_ran(tmp_path: Path, clock: FakeClock) -> None:
@@ -265,18 +271,20 @@ def test_each_write_appends_only_the_new_events_and_the_file_stays_json(
             clock.advance(1e-6)
     reporter.flush()
     size = (tmp_path / "t.json").stat().st_size
-    reporter.flush()  # nothing new: nothing formatted, the file as it was
-    assert (tmp_path / "t.json").stat().st_size == size
+    reporter.flush()  # no region since: only the first flush's own event is new
+    added = (tmp_path / "t.json").stat().st_size - size
+    assert 0 < added < 250  # one event, nothing rewritten
     for name in ("a", "b", "c"):
         with instrument.timed(name):
             clock.advance(0.001)
     reporter.flush()
-    assert formatted == [20_000, 0, 3]
+    assert formatted == [20_000, 1, 4]  # each write: what ran since, the flush before it too
     document = load(tmp_path / "t.json")
     check_format(document)
     assert [e["name"] for e in spans(document)][-4:] == ["busy", "a", "b", "c"]
     assert len(spans(document)) == 20_003
-    assert sink.events_written == 20_003
+    assert len(flushes(document)) == 2
+    assert sink.events_written == 20_005
     reporter.close()
     assert len(spans(load(tmp_path / "t.json"))) == 20_003
 

@@ -64,7 +64,8 @@ class ChromeTrace(Sink):
 
     Events are named by the region's own name with the full path in ``args.path``; ``pid``
     is the rank, ``tid`` the OS thread id, ``ts``/``dur`` in microseconds on the wall clock,
-    so the files of several ranks line up when opened together. Regions nest as they ran.
+    so the files of several ranks line up when opened together. Regions nest as they ran;
+    each flush is an event too, ``(instrument flush)``, written with the next report's.
 
     **Device tracks.** A region on the ``"cuda"`` clock also records a pair of CUDA timing
     events of its own while a trace is open (recording never waits for the device), and
