@@ -374,6 +374,13 @@ def test_the_page_in_chromium(
         for path in ("(instrument flush)", "(other)")
     }
     assert fills == {"(instrument flush)": "rgb(184, 170, 142)", "(other)": "rgb(228, 231, 236)"}
+    top_row = browser.execute_script(
+        "return [...document.querySelectorAll('#icicle g.node')]"
+        ".filter((g) => !g.dataset.path.includes('/') && g.dataset.path !== '(root)')"
+        ".map((g) => [g.dataset.path, g.getBoundingClientRect().x])"
+    )
+    left_to_right = [path for path, _ in sorted(top_row, key=lambda item: item[1])]
+    assert left_to_right[-2:] == ["(instrument flush)", "(other)"]  # as in the text tree
     labels = browser.find_element(By.ID, "icicle").text
     assert "encoder" in labels
     assert "backward" in labels

@@ -132,7 +132,8 @@ function buildTree(data, interval) {
   root.self = root.total - covered;
   // walks here and below keep their own stack: a tree thousands of levels deep must not
   // overflow the browser's call stack
-  const order = (a, b) => ((a.other ? 1 : 0) - (b.other ? 1 : 0)) || (b.total - a.total);
+  // regions by size, then the flush and (other) as pushed, as the text tree has them
+  const order = (a, b) => ((a.other ? 1 : 0) - (b.other ? 1 : 0)) || (a.other ? 0 : b.total - a.total);
   const pending = [root];
   while (pending.length) {
     const node = pending.pop();
