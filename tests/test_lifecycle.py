@@ -163,10 +163,12 @@ def test_nothing_is_imported_in_a_flush_or_the_exit_flush(tmp_path: Path) -> Non
 
 SIGNALLED = """
 import os, signal, sys, time
-import instrument
 
 mode = sys.argv[1]
 signum = getattr(signal, sys.argv[2])
+# from the default action, also when the tests run under nohup (SIGHUP inherited ignored)
+signal.signal(signum, signal.SIG_DFL)
+import instrument
 
 def user_handler(received, frame):
     print("user handler ran", flush=True)
