@@ -17,6 +17,7 @@ from instrument.hooks import backward as backward_hooks
 from instrument.hooks import checkpoint as checkpoint_hooks
 from instrument.hooks import cost as hook_cost
 from instrument.hooks import data as data_hooks
+from instrument.hooks import deepspeed as deepspeed_hooks
 from instrument.hooks import modules as module_hooks
 from instrument.hooks import optim as optim_hooks
 from instrument.hooks import training as training_hooks
@@ -236,6 +237,9 @@ def auto(
         optimizer: One optimizer or a list; each step of the last one ends an iteration.
             Wrappers holding the real optimizer as ``.optimizer`` (Accelerate's
             ``AcceleratedOptimizer``, Lightning's ``LightningOptimizer``) are seen through.
+            For a DeepSpeed engine, ``None`` is the engine's optimizer, and the engine's
+            ``backward()`` and boundary ``step()`` are the ``backward`` and ``optimizer``
+            regions (:mod:`instrument.hooks.deepspeed`).
         every: Steps between reports (``None``: only ``handle.reporter.flush()``).
         depth: Module levels timed below ``forward`` (``None``: all, 0: only ``forward``).
         include: Glob patterns on dotted module names (``"encoder.*"``) or module types; only
@@ -282,6 +286,9 @@ def auto(
             "runs no Python hooks. Call auto() on the eager module before torch.jit.script, "
             "or time the scripted call with `with instrument.timed('forward'):`"
         )
+    engine = deepspeed_hooks.is_engine(model)
+    if optimizer is None and engine:  # a DeepSpeed engine steps the optimizer it holds
+        optimizer = deepspeed_hooks.engine_optimizer(model)
     given = optim_hooks.given_optimizers(optimizer)
     optimizers = [inner for _, inner in given]
     if depth is not None:
@@ -405,9 +412,12 @@ def _install(
     undo.append(modules.remove)
     modules.watch_compile()
     undo.append(training_hooks.time_model_zero_grad(model, clock))
+    engine = deepspeed_hooks.is_engine(model)
     if backward:
         undo.append(backward_hooks.install(clock))
         undo.append(checkpoint_hooks.install(backward_hooks.anchor))
+        if engine:
+            undo.append(backward_hooks.time_method(model, "backward", clock))
     if optimizers:
         undo.append(training_hooks.time_clipping(clock))
         tick: Callable[[], object] = handle.reporter.end_step
@@ -421,6 +431,8 @@ def _install(
         handle._optimizer_hooks = hooks
         handle.reporter.ticked_by_optimizer = True
         undo.append(hooks.remove)
+        if engine:
+            undo.append(deepspeed_hooks.time_step(model, hooks, optimizers[-1]))
     if lr_scheduler is not None:
         undo.append(training_hooks.time_scheduler(lr_scheduler, clock))
     if dataloader is not None:

@@ -41,29 +41,39 @@ def anchor() -> PathNode:
 def install(clock: object = None) -> Callable[[], None]:
     """Time every ``backward()`` as a ``backward`` region; returns the undo."""
     region = region_for(NAME, clock)
+    return patches.patch(torch.autograd, "backward", lambda original: _timed(original, region))
 
-    def make(original: Callable[..., Any]) -> Callable[..., Any]:
-        timed = direct_call(original, region)  # C: entered, called and left in one call
-        if timed is None:
-            timed = in_region(original, region)
 
-        @functools.wraps(original)
-        def backward(*args: Any, **kwargs: Any) -> Any:
-            global _parent
-            if tracing():  # in a compiled function, inlined or between its graphs: the
-                return eager(*args, **kwargs)  # graph breaks here, before our C calls
-            top = _get()
-            # a backward inside backward (a reentrant checkpoint's, which may run below a
-            # module's backward region with backward="modules"): one region
-            if top[3] is region or _graph_task() != -1:
-                return original(*args, **kwargs)
-            _parent = top[0]
-            return timed(*args, **kwargs)
+def time_method(obj: object, name: str, clock: object = None) -> Callable[[], None]:
+    """Time ``obj.name()`` (a trainer's own backward: a DeepSpeed engine's, which scales the
+    loss, runs autograd and reduces the gradients) as the same ``backward`` region, so the
+    autograd call inside it is no second one; returns the undo."""
+    region = region_for(NAME, clock)
+    return patches.put_on_instance(obj, name, _timed(getattr(obj, name), region))
 
-        eager = outside(backward)
-        # with C: one call that does what ``backward`` does when nothing is compiled
-        return native.backward_call(
-            backward, region, original, compile_callback, _graph_task, globals()
-        )
 
-    return patches.patch(torch.autograd, "backward", make)
+def _timed(original: Callable[..., Any], region: Any) -> Callable[..., Any]:
+    """``original`` in the ``backward`` region, unless one is open already."""
+    timed = direct_call(original, region)  # C: entered, called and left in one call
+    if timed is None:
+        timed = in_region(original, region)
+
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        global _parent
+        if tracing():  # in a compiled function, inlined or between its graphs: the
+            return eager(*args, **kwargs)  # graph breaks here, before our C calls
+        top = _get()
+        # a backward inside backward (a reentrant checkpoint's, which may run below a
+        # module's backward region with backward="modules", or autograd's inside a
+        # trainer's own backward): one region
+        if top[3] is region or _graph_task() != -1:
+            return original(*args, **kwargs)
+        _parent = top[0]
+        return timed(*args, **kwargs)
+
+    eager = outside(backward)
+    # with C: one call that does what ``backward`` does when nothing is compiled
+    return native.backward_call(
+        backward, region, original, compile_callback, _graph_task, globals()
+    )

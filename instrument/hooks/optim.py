@@ -121,7 +121,7 @@ class OptimizerHooks:
         #: check hands over to the reporter's tick this way).
         self.on_step = on_step
         self._ticker = optimizers[-1] if optimizers else None
-        self._scaled = False  # inside GradScaler.step: that wrapper times and ticks
+        self._scaled = False  # inside a whole step (GradScaler.step...): it times and ticks
         self._stepped = False
         # the versions run outside Dynamo: the hooks' for a traced step, the tick's for a
         # step run between the graphs of a compiled function (see hooks.eager)
@@ -269,10 +269,12 @@ class OptimizerHooks:
     def _tick(self) -> None:
         self.on_step()
 
-    def scaler_step(
+    def whole_step(
         self, optimizer: torch.optim.Optimizer, call: Callable[..., Any], args: Any, kwargs: Any
     ) -> Any:
-        """``GradScaler.step(optimizer)``: time it whole; end the iteration even if skipped."""
+        """A step that wraps ``optimizer``'s (``GradScaler.step(optimizer)``, a DeepSpeed
+        engine's ``step()``): time it whole, the optimizer's own hooks standing aside; end
+        the iteration even if it skipped the update (counted)."""
         if self._scaled or _get()[3] is self._region:
             return call(*args, **kwargs)
         self._scaled, self._stepped = True, False
@@ -396,6 +398,6 @@ def _make_scaler_step(original: Callable[..., Any]) -> Any:
         hooks = _tracked.get(optimizer) if optimizer is not None else None
         if hooks is None or tracing():
             return wrapped(*args, **kwargs)
-        return hooks.scaler_step(optimizer, wrapped, args, kwargs)
+        return hooks.whole_step(optimizer, wrapped, args, kwargs)
 
     return wrapt.FunctionWrapper(original, scaler_step)
