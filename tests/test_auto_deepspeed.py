@@ -1,4 +1,4 @@
-"""instrument.auto on a real DeepSpeed engine (ZeRO 0 and 2, CPU, 2 gloo processes).
+"""instrument.auto on a real DeepSpeed engine (ZeRO 0, 2 and 3, CPU, 2 gloo processes).
 
 The engine's ``backward()`` and ``step()`` do work of their own around autograd and the
 torch optimizer (loss scaling, gradient reduction into partitions, clipping, copying and
@@ -60,7 +60,7 @@ def deepspeed_worker(rank: int, world_size: int, stage: int, accumulation: int) 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("stage", "accumulation"), [(0, 1), (2, 2)])
+@pytest.mark.parametrize(("stage", "accumulation"), [(0, 1), (2, 2), (3, 1)])
 def test_the_engines_backward_and_step_are_the_lines(stage: int, accumulation: int) -> None:
     for result in run_ranks(deepspeed_worker, 2, stage, accumulation, timeout=200):
         report = instrument.Report.from_dict(result["report"])
