@@ -416,7 +416,7 @@ def _install(
     if backward:
         undo.append(backward_hooks.install(clock))
         undo.append(checkpoint_hooks.install(backward_hooks.anchor))
-        if engine:
+        if engine and callable(getattr(model, "backward", None)):
             undo.append(backward_hooks.time_method(model, "backward", clock))
     if optimizers:
         undo.append(training_hooks.time_clipping(clock))
@@ -431,7 +431,7 @@ def _install(
         handle._optimizer_hooks = hooks
         handle.reporter.ticked_by_optimizer = True
         undo.append(hooks.remove)
-        if engine:
+        if engine and callable(getattr(model, "step", None)):
             undo.append(deepspeed_hooks.time_step(model, hooks, optimizers[-1]))
     if lr_scheduler is not None:
         undo.append(training_hooks.time_scheduler(lr_scheduler, clock))

@@ -78,3 +78,26 @@ def test_the_engines_backward_and_step_are_the_lines(stage: int, accumulation: i
         reduced = [n for n in report.nodes if n.path.startswith("backward/") and n.bytes]
         assert reduced  # the gradients' reduction, below backward
         assert result["left"] == []  # remove() took the engine's timing off
+
+
+def test_an_engine_whose_optimizer_holds_no_torch_optimizer_says_so() -> None:
+    """Nothing to end the steps at: said once, naming the optimizer; the rest is timed."""
+
+    class DeepSpeedEngine(torch.nn.Module):  # what auto() recognises an engine by
+        __module__ = "deepspeed.runtime.engine"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = torch.nn.Linear(2, 2)
+            self.optimizer = object()  # not a torch optimizer, holding none
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.module(x)  # type: ignore[no-any-return]
+
+    engine = DeepSpeedEngine()
+    with pytest.warns(RuntimeWarning, match=r"optimizer \(object\) holds no torch.optim"):
+        handle = instrument.auto(engine, every=None, sinks=[])
+    engine(torch.ones(1, 2)).sum().backward()
+    report = handle.reporter.flush()
+    handle.remove()
+    assert (report["forward"].count, report["backward"].count, report.steps) == (1, 1, 0)

@@ -19,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from instrument._warn import warn_once
 from instrument.hooks import patches
+from instrument.hooks.optim import inner_optimizer
 
 if TYPE_CHECKING:
     import torch
@@ -37,8 +39,19 @@ def is_engine(model: object) -> bool:
 
 def engine_optimizer(engine: object) -> Any:
     """The optimizer the engine steps (``engine.optimizer``: a torch optimizer, or DeepSpeed's
-    wrapper holding one), or None before it has one."""
-    return getattr(engine, "optimizer", None)
+    wrapper holding one), or None: it has none, or one that holds no torch optimizer (said
+    once: then nothing ends the steps but ``instrument.step()``)."""
+    found = getattr(engine, "optimizer", None)
+    if found is None or inner_optimizer(found) is not None:
+        return found
+    warn_once(
+        f"deepspeed:{type(found).__name__}",
+        f"instrument: the DeepSpeed engine's optimizer ({type(found).__name__}) holds no "
+        "torch.optim.Optimizer, so auto() cannot end a step at its updates; call "
+        "instrument.step() after engine.step()",
+        stacklevel=None,
+    )
+    return None
 
 
 def time_step(
