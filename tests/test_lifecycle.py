@@ -17,6 +17,9 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fork and POSIX 
 
 EXITS = """
 import os, signal, sys, time
+# Ctrl-C raises KeyboardInterrupt, also when the tests run as a background job (which
+# inherits SIGINT ignored, and Python then leaves it so)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import instrument
 reporter = instrument.Reporter(every=1000, sinks=[instrument.sinks.Console()])
 for _ in range(3):
