@@ -365,6 +365,9 @@ class Reporter:
         # its report counts as the timing's own cost): a flush's time outside the interval
         # charged with it (the first one's calibrations, ~4 ms) made shares above 100 %
         entered = _state.now()
+        # the previous flush's time in this interval's steps, taken once (not again after a
+        # flush that raised before recording its own)
+        flush_ns, self._flush_in_steps_ns = self._flush_in_steps_ns, 0
         region_ns = selfcost.region_ns()  # calibrated at the first flush: its time counted
         hooked_ns = selfcost.hook_ns()  # likewise, at the first flush after auto()
         open_now = registry.open_calls(frames._get())
@@ -400,7 +403,7 @@ class Reporter:
             throughput=rates,
             memory=memory,
             self_cost=cost,
-            flush_ns=self._flush_in_steps_ns,
+            flush_ns=flush_ns,
         )
         report = self._across_ranks(report)
         self._emit(report)

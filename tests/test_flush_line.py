@@ -216,3 +216,30 @@ def test_the_trace_shows_each_flush_where_it_ran(clock: FakeClock, tmp_path: Pat
     assert starts == pytest.approx([2 * step, 4 * step + flush, 6 * step + 2 * flush])
     work = [e for e in events if e["name"] == "work"]
     assert work[2]["ts"] == pytest.approx(flushes[0]["ts"] + flushes[0]["dur"])
+
+
+def test_a_flush_that_raised_leaves_no_stale_line(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first flush's time fell in the interval whose flush raised: the next report,
+    of a later interval, does not show it."""
+    from instrument import reporter as reporter_module
+
+    reports: list[Report] = []
+    reporter = instrument.Reporter(every=None, sinks=[costly_sink(clock, reports)], memory=False)
+    run_steps(clock, 2)
+    reporter.flush()  # takes FLUSH: in the next interval's steps
+    run_steps(clock, 2)
+    build = reporter_module.build_report
+
+    def broken(*args: object, **kwargs: object) -> Report:
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(reporter_module, "build_report", broken)
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        reporter.flush()
+    monkeypatch.setattr(reporter_module, "build_report", build)
+    run_steps(clock, 2)
+    last = reporter.flush()
+    assert last.flush_time == 0.0
+    assert last.other == pytest.approx(2 * LOOSE)
