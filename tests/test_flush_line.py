@@ -243,3 +243,19 @@ def test_a_flush_that_raised_leaves_no_stale_line(
     last = reporter.flush()
     assert last.flush_time == 0.0
     assert last.other == pytest.approx(2 * LOOSE)
+
+
+def test_the_closing_flush_is_in_the_trace_too(clock: FakeClock, tmp_path: Path) -> None:
+    """``close()`` flushes the steps left, then closes the sink, which writes that flush."""
+    trace = ChromeTrace(tmp_path / "trace.json")
+    reports: list[Report] = []
+    reporter = instrument.Reporter(
+        every=2, sinks=[trace, costly_sink(clock, reports)], memory=False
+    )
+    run_steps(clock, 3)  # a report at step 2; step 3 left for close()
+    reporter.close()
+    assert trace.written is not None
+    events = json.loads(trace.written.read_text())["traceEvents"]
+    flushes = [e for e in events if e.get("name") == FLUSH_ROW]
+    assert [r.steps for r in reports] == [2, 1]
+    assert len(flushes) == 2
