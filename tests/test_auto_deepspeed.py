@@ -27,6 +27,7 @@ MICRO_STEPS = 8
 
 def deepspeed_worker(rank: int, world_size: int, stage: int, accumulation: int) -> dict[str, Any]:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    os.environ["DS_ACCELERATOR"] = "cpu"  # the gloo group's device, also where CUDA is
     warnings.simplefilter("ignore")
     import deepspeed
 
