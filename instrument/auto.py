@@ -337,6 +337,7 @@ def auto(
             lr_scheduler=lr_scheduler,
             count_batch=count_batch,
             clock=region_clock,
+            engine=engine,
         )
     except BaseException:
         handle.remove()
@@ -401,6 +402,7 @@ def _install(
     lr_scheduler: object,
     count_batch: Callable[[Any], Any] | None,
     clock: object,
+    engine: bool,
 ) -> None:
     undo = handle._undo
     modules = module_hooks.ModuleHooks(
@@ -412,7 +414,6 @@ def _install(
     undo.append(modules.remove)
     modules.watch_compile()
     undo.append(training_hooks.time_model_zero_grad(model, clock))
-    engine = deepspeed_hooks.is_engine(model)
     if backward:
         undo.append(backward_hooks.install(clock))
         undo.append(checkpoint_hooks.install(backward_hooks.anchor))

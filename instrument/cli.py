@@ -157,6 +157,15 @@ class Profile:
     samples: dict[str, list[float]] = field(default_factory=dict)
 
 
+def uncovered(report: Report, scale: float) -> dict[str, float]:
+    """The step time of a report with steps that no region covered, times ``scale``: the
+    ``(other)`` row, and the ``(instrument flush)`` row when the report has one."""
+    rows = {OTHER_ROW: (report.other or 0.0) * scale}
+    if report.flush_time:
+        rows[FLUSH_ROW] = report.flush_time * scale
+    return rows
+
+
 def profile(run: Run, skip_first: int | None) -> Profile:
     """Sum each path's time over the kept reports, then divide by their steps; keep each
     report's own time per step as a sample for the noise estimate."""
@@ -174,9 +183,7 @@ def profile(run: Run, skip_first: int | None) -> Profile:
         row: dict[str, float] = {}
         if report.step_time is not None:
             row[STEP_ROW] = report.step_time.total * factor
-            row[OTHER_ROW] = (report.other or 0.0) * factor
-            if report.flush_time:
-                row[FLUSH_ROW] = report.flush_time * factor
+            row.update(uncovered(report, factor))
         for node in report.nodes:
             row[node.path] = row.get(node.path, 0.0) + node.total * factor
         count = report.steps or 1
@@ -422,9 +429,7 @@ def series(reports: Sequence[Report], top: int) -> Series:
         scale = 1e3 * interval_factor(report) / (report.steps or 1)
         row = {n.path: n.self * scale for n in report.nodes if not n.concurrent}
         if report.step_time is not None:
-            row[OTHER_ROW] = (report.other or 0.0) * scale
-            if report.flush_time:
-                row[FLUSH_ROW] = report.flush_time * scale
+            row.update(uncovered(report, scale))
         rows.append(row)
     overall: dict[str, float] = {}
     for row in rows:
