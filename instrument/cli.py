@@ -1,15 +1,17 @@
-"""The command line: ``python -m instrument show | diff | plot | html`` on JSONL files.
+"""The command line: ``python -m instrument show | summary | diff | plot | html``.
 
-``show`` prints a report's tree, ``diff`` finds the regions that got slower between two
-runs beyond their noise (``--fail-above`` for CI), ``plot`` draws the costliest regions'
-time per step over a run, ``html`` writes one self-contained page to explore it. Problems
-are printed as ``instrument: error: <what>`` with exit code 2.
+They read JSONL files. ``show`` prints a report's tree, ``summary`` the run's verdict and
+findings, ``diff`` finds the regions that got slower between two runs beyond their noise
+(``--fail-above`` for CI), ``plot`` draws the costliest regions' time per step over a run,
+``html`` writes one self-contained page to explore it. Problems are printed as
+``instrument: error: <what>`` with exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -137,6 +139,26 @@ def show(args: argparse.Namespace) -> int:
         if i:
             sys.stdout.write("\n")
         console.write(report)
+    return 0
+
+
+# -- summary ------------------------------------------------------------------------------
+
+
+def summary(args: argparse.Namespace) -> int:
+    """Print the run's summary (verdict, findings, step-time trend) from its JSONL files."""
+    from instrument.diagnosis import Thresholds
+    from instrument.diagnosis.saved import summarize
+
+    try:
+        thresholds = Thresholds.parse(args.threshold or [])
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    found = summarize(args.paths, thresholds)
+    if args.json:
+        print(json.dumps(found.to_dict(), indent=1))
+    else:
+        print(found.render())
     return 0
 
 
@@ -640,6 +662,21 @@ def build_parser() -> argparse.ArgumentParser:
     show_cmd.add_argument("--rank", type=_non_negative_int, help=rank_help)
     show_cmd.add_argument("--ascii", action="store_true", help="ASCII tree lines")
     show_cmd.set_defaults(run=show)
+
+    summary_cmd = commands.add_parser(
+        "summary", help="the run's verdict and findings (what the live run said at its end)"
+    )
+    summary_cmd.add_argument(
+        "paths", nargs="+", metavar="path", help="JSONL files of the run (one or several ranks')"
+    )
+    summary_cmd.add_argument("--json", action="store_true", help="one JSON object")
+    summary_cmd.add_argument(
+        "--threshold",
+        action="append",
+        metavar="NAME=VALUE",
+        help="override a diagnosis threshold (docs/diagnosis.md), e.g. input_share=0.4",
+    )
+    summary_cmd.set_defaults(run=summary)
 
     diff_cmd = commands.add_parser(
         "diff", help="which regions got slower or faster between two runs"

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from instrument.findings import Finding
 from instrument.stats import Stats
 from instrument.throughput import Throughput
 
@@ -431,6 +432,8 @@ class Report:
     ``flush_time`` is the previous flush's time (with its barrier's wait) where it fell
     inside this interval's steps and outside every region (normalized like the nodes): the
     tree shows it as ``(instrument flush)``, and :attr:`other` does not count it.
+    ``findings`` say what the report means (:mod:`instrument.diagnosis`, most important
+    first; the first is :attr:`verdict`); empty when the reporter does not diagnose.
     A flush's report builds its ``nodes`` the first time they are read (:class:`LazyNodes`);
     ``len(report)`` does not build them.
     """
@@ -455,6 +458,12 @@ class Report:
     across_note: str = ""
     self_cost: SelfCost | None = None
     flush_time: float = 0.0
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def verdict(self) -> Finding | None:
+        """The most important finding, or ``None`` without findings."""
+        return self.findings[0] if self.findings else None
 
     @property
     def _by_path(self) -> dict[str, Node]:
@@ -533,6 +542,7 @@ class Report:
             "across_note": self.across_note,
             "self_cost": None if self.self_cost is None else self.self_cost.to_dict(),
             "flush_time": self.flush_time,
+            "findings": [finding.to_dict() for finding in self.findings],
             "nodes": [node.to_dict() for node in self.nodes],
         }
 
@@ -573,4 +583,5 @@ class Report:
             across_note=str(data.get("across_note", "")),
             self_cost=None if cost is None else SelfCost.from_dict(cost),
             flush_time=float(data.get("flush_time", 0.0)),
+            findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
         )

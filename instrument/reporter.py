@@ -8,6 +8,7 @@ build the tree with self times → normalize → filter by level → one frozen
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import numbers
 import threading
@@ -32,6 +33,7 @@ from instrument import (
 from instrument import peak_flops as peaks
 from instrument._frozen import unchecked
 from instrument._warn import warn_once
+from instrument.diagnosis import Diagnosis, RunSummary, Thresholds
 from instrument.distributed import agree
 from instrument.distributed.across import CrossRank
 from instrument.distributed.barrier import barrier_with_timeout
@@ -166,6 +168,10 @@ class Reporter:
         straggler_threshold: A rank whose relative score in a region (fastest rank's time
             / its time) stays below this for ``straggler_intervals`` consecutive
             intervals is named on the report's ``stragglers:`` line (default 0.8 and 3).
+        diagnose: Give each report its findings (``report.findings``: the verdict first,
+            see docs/diagnosis.md) and the sinks a summary of the run at :meth:`close`;
+            a :class:`~instrument.diagnosis.Thresholds` sets the rules' thresholds, and
+            ``False`` turns it off.
 
     Example:
         >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.Console()])
@@ -195,6 +201,7 @@ class Reporter:
         rank_timeout: timedelta | float = timedelta(seconds=60),
         straggler_threshold: float = 0.8,
         straggler_intervals: int = 3,
+        diagnose: bool | Thresholds = True,
     ) -> None:
         every = _check_every(every)
         #: Set by ``instrument.auto``: its optimizer hook ends the steps, so
@@ -231,6 +238,7 @@ class Reporter:
         self.level = level
         self.ranks = _check_ranks(ranks)
         self._sinks: tuple[Sink, ...] = as_sinks(sinks)
+        self._diagnosis = _check_diagnose(diagnose)
         self._failed: set[int] = set()
         self._lock = lifecycle.ForkSafeLock()
         self._index = 0
@@ -406,6 +414,7 @@ class Reporter:
             flush_ns=flush_ns,
         )
         report = self._across_ranks(report)
+        report = self._diagnose(report)
         self._emit(report)
         ended = _state.now()
         self._last_flush_ns = ended - entered
@@ -431,6 +440,22 @@ class Reporter:
             )
         return self._cross.combine(report)
 
+    def _diagnose(self, report: Report) -> Report:
+        """``report`` with its findings (:mod:`instrument.diagnosis`); never raises."""
+        if self._diagnosis is None:
+            return report
+        try:
+            return dataclasses.replace(report, findings=self._diagnosis.add(report))
+        except Exception:
+            logger.exception("instrument: the diagnosis failed; the report goes out without it")
+            self._diagnosis = None
+            return report
+
+    def summary(self) -> RunSummary | None:
+        """The run's diagnosis so far (its verdict, findings and step-time trend), or
+        ``None`` when the reporter does not diagnose."""
+        return None if self._diagnosis is None else self._diagnosis.summary()
+
     def _emit(self, report: Report) -> None:
         for sink in self._sinks:
             if not sink.wants(report.rank):
@@ -438,13 +463,35 @@ class Reporter:
             try:
                 sink.write(report)
             except Exception:
-                if id(sink) not in self._failed:
-                    self._failed.add(id(sink))
-                    logger.exception(
-                        "instrument: sink %r failed and was skipped; training goes on "
-                        "(reported once per sink)",
-                        sink,
-                    )
+                self._sink_failed(sink)
+
+    def _sink_failed(self, sink: Sink) -> None:
+        if id(sink) not in self._failed:
+            self._failed.add(id(sink))
+            logger.exception(
+                "instrument: sink %r failed and was skipped; training goes on "
+                "(reported once per sink)",
+                sink,
+            )
+
+    def _emit_summary(self, report: Report | None) -> None:
+        """Hand the run's summary to the sinks (at close), when the run made reports."""
+        summary = None
+        if self._diagnosis is not None and self._index:
+            try:
+                summary = self._diagnosis.summary()
+            except Exception:
+                logger.exception("instrument: the run's summary failed")
+        if summary is None:
+            return
+        rank = report.rank if report is not None else summary.rank
+        for sink in self._sinks:
+            if id(sink) in self._failed or not sink.wants(rank):
+                continue
+            try:
+                sink.write_summary(summary)
+            except Exception:
+                self._sink_failed(sink)
 
     def close(self, *, flush: bool = True) -> Report | None:
         """Flush what is left (if anything, and unless ``flush=False``), close the sinks, and
@@ -458,6 +505,7 @@ class Reporter:
             report = self.flush()
         if self.ranks != "local":  # none waits for this one (also at interpreter exit)
             agree.closed(self._counter.run_steps + self._counter.steps, self.group)
+        self._emit_summary(report)
         for sink in self._sinks:
             try:
                 sink.close()
@@ -523,6 +571,16 @@ def _warn_unmeasured(
             "(or instrument.auto(..., peak_flops=...)), in FLOP/s",
             stacklevel=4,
         )
+
+
+def _check_diagnose(diagnose: object) -> Diagnosis | None:
+    if isinstance(diagnose, Thresholds):
+        return Diagnosis(diagnose)
+    if diagnose is True:
+        return Diagnosis()
+    if diagnose is False:
+        return None
+    raise ValueError(f"diagnose must be True, False or a Thresholds, got {diagnose!r}")
 
 
 def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) -> None:

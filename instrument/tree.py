@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from instrument import report as _model
+from instrument.findings import Finding
 from instrument.report import FLUSH_ROW, Node, Report, SelfCost, Straggler
 
 UNICODE_LINES = ("├── ", "└── ", "│   ", "    ")
@@ -179,6 +180,7 @@ def render_text(report: Report, *, unicode: bool = True, width: int | None = Non
     title = _title(report)
     lines = [
         title,
+        *findings_lines(report),
         *header_lines(report),
         "region".ljust(label_width)
         + "".join(f"  {h:>{w}}" for h, w in zip(headers, col, strict=True)),
@@ -269,6 +271,31 @@ def header_lines(report: Report) -> list[str]:
     elif report.stragglers_count:
         lines.append(f"stragglers: {report.stragglers_count} ranks (too many to list)")
     return lines
+
+
+def _where(finding: Finding) -> str:
+    where = f" on {finding.path}" if finding.path else ""
+    return where + (f" (rank {finding.rank})" if finding.rank is not None else "")
+
+
+def verdict_lines(finding: Finding, *, since: bool = False) -> list[str]:
+    """``verdict: INPUT-BOUND (warning) on data: <why>`` and ``  next: <what to try>``."""
+    when = f" since step {finding.since_step}" if since and finding.since_step is not None else ""
+    return [
+        f"verdict: {finding.label} ({finding.severity}){_where(finding)}{when}: {finding.why}",
+        f"  next: {finding.next}",
+    ]
+
+
+def findings_lines(report: Report) -> list[str]:
+    """The report's verdict and next step, then one line per other finding (none without
+    findings)."""
+    if not report.findings:
+        return []
+    first, *rest = report.findings
+    return verdict_lines(first) + [
+        f"  also: {f.label} ({f.severity}){_where(f)}: {f.why}" for f in rest
+    ]
 
 
 def _straggler(found: Straggler) -> str:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from instrument.report import Report
+
+if TYPE_CHECKING:
+    from instrument.diagnosis import RunSummary
 
 RankFilter = int | Collection[int] | str
 
@@ -52,6 +56,9 @@ class Sink:
     def write(self, report: Report) -> None:
         """Receive one report."""
         raise NotImplementedError(f"{type(self).__name__} must implement write(report)")
+
+    def write_summary(self, summary: RunSummary) -> None:
+        """Receive the run's summary, once, when the reporter closes (no-op by default)."""
 
     def flush(self) -> None:
         """Push buffered output out (no-op by default)."""

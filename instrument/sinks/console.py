@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from instrument import checks
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
 from instrument.tree import render_text
+
+if TYPE_CHECKING:
+    from instrument.diagnosis import RunSummary
 
 
 def supports_unicode(stream: TextIO) -> bool:
@@ -31,6 +34,8 @@ class Console(Sink):
         unicode: Box-drawing lines; ``None`` decides from the stream's encoding.
         ranks: Which ranks print: rank 0 by default, "all", a rank, or several.
 
+    When the reporter closes, the run's summary follows (see :meth:`write_summary`).
+
     Distributed: construct it on every rank (the reporter's flush may be collective); only
     the ranks in ``ranks`` print. With ``Reporter(ranks="max")`` rank 0's tree already shows
     every rank's min, max and slowest rank.
@@ -51,6 +56,19 @@ class Console(Sink):
         stream = self.stream if self.stream is not None else sys.stdout
         unicode = supports_unicode(stream) if self.unicode is None else self.unicode
         text = render_text(report, unicode=unicode)
+        if not unicode:
+            text = text.replace("·", "-")
+        stream.write(text + "\n")
+        stream.flush()
+
+    def write_summary(self, summary: RunSummary) -> None:
+        """Print the run's summary (its verdict and findings) when the run made two reports
+        or more (with one, its report already said it all)."""
+        if summary.reports < 2:
+            return
+        stream = self.stream if self.stream is not None else sys.stdout
+        text = summary.render()
+        unicode = supports_unicode(stream) if self.unicode is None else self.unicode
         if not unicode:
             text = text.replace("·", "-")
         stream.write(text + "\n")

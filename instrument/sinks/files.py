@@ -24,3 +24,10 @@ def rank_path(path: str | os.PathLike[str], rank: int, world_size: int) -> Path:
     if world_size <= 1:
         return plain
     return plain.with_name(f"{plain.stem}.rank{rank}{plain.suffix}")
+
+
+def summary_path(path: str | os.PathLike[str], rank: int, world_size: int) -> Path:
+    """Where a run's summary goes beside the JSONL file ``path`` of rank ``rank``:
+    ``summary.json`` in its folder, ``summary.rank<R>.json`` with several ranks."""
+    folder = rank_path(path, rank, world_size).parent
+    return rank_path(folder / "summary.json", rank, world_size)

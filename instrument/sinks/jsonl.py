@@ -8,12 +8,15 @@ import math
 import os
 import weakref
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from instrument.lifecycle import ForkSafeLock, inherited
 from instrument.report import Report
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
-from instrument.sinks.files import rank_path
+from instrument.sinks.files import rank_path, summary_path
+
+if TYPE_CHECKING:
+    from instrument.diagnosis import RunSummary
 
 logger = logging.getLogger("instrument")
 
@@ -67,6 +70,11 @@ class JSONL(Sink):
     the next report, with a warning the first time (logger ``"instrument"``); a forked
     child opens the file again too.
 
+    When the reporter closes, the run's summary (its verdict and findings, see
+    docs/diagnosis.md) goes to ``summary.json`` in the same folder (``summary.rank<R>.json``
+    with several ranks); ``python -m instrument summary run.jsonl`` computes the same from
+    the file.
+
     Example:
         >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.JSONL("run.jsonl")])
     """
@@ -118,6 +126,15 @@ class JSONL(Sink):
         self._file = open(target, "a", encoding="utf-8")  # noqa: SIM115 - kept open across writes
         self.written = target
         return self._file
+
+    def write_summary(self, summary: RunSummary) -> None:
+        """Write the run's summary as ``summary.json`` beside the file
+        (``summary.rank<R>.json`` with several ranks), replacing an older one."""
+        target = summary_path(self.path, summary.rank, summary.world_size)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        partial.write_text(json.dumps(summary.to_dict(), indent=1) + "\n", encoding="utf-8")
+        os.replace(partial, target)
 
     def flush(self) -> None:
         with self._lock:

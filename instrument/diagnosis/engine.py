@@ -1,0 +1,161 @@
+"""The diagnosis of a run: reports in, findings out, one report at a time.
+
+:class:`Diagnosis` folds the reports of one run (one rank) in order. Each report's findings
+depend only on it and the reports before it, so the live run (the reporter calls
+:meth:`Diagnosis.add` at each flush) and a saved run read back from its JSONL file (``python
+-m instrument summary``) give the same findings and the same summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from instrument.diagnosis import rules
+from instrument.diagnosis.stalls import Stalls
+from instrument.diagnosis.summary import RunSummary, Seen, StepTrend
+from instrument.diagnosis.thresholds import Thresholds
+from instrument.diagnosis.trends import Trends
+from instrument.diagnosis.view import View
+from instrument.findings import Finding, ordered
+from instrument.report import Report
+
+Key = tuple[str, str | None, int | None]
+
+
+@dataclass
+class _Held:
+    since_step: int
+
+
+class Diagnosis:
+    """The findings of each report of one run, and the run's summary.
+
+    Args:
+        thresholds: The rules' thresholds (:class:`Thresholds`; default: its defaults).
+
+    Example:
+        >>> diagnosis = Diagnosis()
+        >>> for report in reports:
+        ...     print(diagnosis.add(report)[0].why)
+        >>> print(diagnosis.summary().render())
+    """
+
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = thresholds if thresholds is not None else Thresholds()
+        self._relaxed = self.thresholds.relaxed()
+        self._held: dict[Key, _Held] = {}
+        self._seen: dict[Key, Seen] = {}
+        self._stalls = Stalls()
+        self._trends = Trends()
+        self._reports = 0
+        self._first_step: int | None = None
+        self._last_step = 0
+        self._rank = 0
+        self._world_size = 1
+
+    def add(self, report: Report) -> tuple[Finding, ...]:
+        """The findings of ``report`` (the next report of the run), most important first."""
+        v = View(report)
+        self._reports += 1
+        start = report.step - report.steps
+        if self._first_step is None:
+            self._first_step = start
+        self._last_step = max(self._last_step, report.step)
+        self._rank, self._world_size = report.rank, report.world_size
+        held_kinds = {key[0] for key in self._held}
+        found: list[Finding] = []
+        for kind, rule in rules.RULES:
+            finding = rule(v, self._for(kind, held_kinds))
+            if finding is not None:
+                found.append(finding)
+        stalls = self._stalls.check(v, self._for("stalls", held_kinds))
+        if stalls is not None:
+            found.append(stalls)
+        self._trends.add(v)
+        slowdown = self._trends.slowdown(self._for("slowdown", held_kinds))
+        creep = self._trends.memory_creep(self._for("memory_creep", held_kinds), v.step)
+        found += [f for f in (slowdown, creep) if f is not None]
+        if self._world_size > 1 and creep is not None:
+            found[-1] = replace(creep, rank=report.rank)
+        found = _explained(found)
+        if v.has_steps and not any(
+            f.severity != "info" or f.kind == "compute_bound" for f in found
+        ):
+            found.append(_balanced(v))
+        out = []
+        held: dict[Key, _Held] = {}
+        for finding in ordered(found):
+            since = self._held.get(finding.key, _Held(start)).since_step
+            held[finding.key] = _Held(since)
+            finding = replace(finding, since_step=since)
+            seen = self._seen.get(finding.key)
+            self._seen[finding.key] = (
+                Seen(finding, 1, report.step) if seen is None else seen.again(finding, report.step)
+            )
+            out.append(finding)
+        self._held = held
+        return tuple(out)
+
+    def _for(self, kind: str, held: set[str]) -> Thresholds:
+        return self._relaxed if kind in held else self.thresholds
+
+    def summary(self) -> RunSummary:
+        """The run so far: its verdict, every finding with when it started and how long it
+        held, and the step time's trend."""
+        found = self._trends.step_trend()
+        trend = None
+        if found is not None:
+            trend = StepTrend(found.first, found.last, found.growth, found.tau, found.span)
+        return RunSummary.of(
+            self._seen.values(),
+            reports=self._reports,
+            first_step=self._first_step or 0,
+            last_step=self._last_step,
+            rank=self._rank,
+            world_size=self._world_size,
+            step_trend=trend,
+        )
+
+
+def _explained(found: list[Finding]) -> list[Finding]:
+    """Leave out what another finding explains: time in no region that is mostly the
+    stalls found there; a collective wait that is the waiting for a straggler (kept, as
+    info)."""
+    by_kind = {f.kind: f for f in found}
+    stalls, residual = by_kind.get("stalls"), by_kind.get("residual_heavy")
+    out = list(found)
+    if stalls is not None and residual is not None and stalls.path == residual.path:
+        typical = float(residual.evidence["share"]) - float(stalls.evidence["share"])
+        if typical < 0.5 * float(residual.evidence["share"]):
+            out.remove(residual)
+    wait = by_kind.get("collective_wait")
+    if wait is not None and "straggler" in by_kind:
+        out[out.index(wait)] = replace(
+            wait, severity="info", next="it is the waiting for the straggler named above"
+        )
+    return out
+
+
+def _balanced(v: View) -> Finding:
+    parts = sorted(v.phases, key=lambda n: -n.total)[:4]
+    shares = ", ".join(f"{n.path} {rules.pct(v.share(v.seconds(n)))}" for n in parts)
+    if v.other > 0:
+        shares += f", {v.other_path} {rules.pct(v.share(v.other))}"
+    return Finding(
+        "balanced",
+        "info",
+        f"no phase dominates and nothing looks wrong: {shares or 'no regions'} of "
+        f"{rules.ms(v.step)} per step",
+        "nothing to fix here; to go faster, start with the largest phase",
+        evidence={"step_s": v.step},
+    )
+
+
+def diagnose(reports: Iterable[Report], thresholds: Thresholds | None = None) -> RunSummary:
+    """The summary of a run from its reports in order (``Report.from_dict`` of a JSONL
+    file's lines): what the live run's reporter says at its end."""
+    diagnosis = Diagnosis(thresholds)
+    for report in reports:
+        diagnosis.add(report)
+    return diagnosis.summary()

@@ -1,0 +1,79 @@
+"""Stalls: a few steps many times longer than the median one, and how often they come."""
+
+from __future__ import annotations
+
+from instrument.diagnosis.rules import ms, pct
+from instrument.diagnosis.thresholds import Thresholds
+from instrument.diagnosis.view import View
+from instrument.findings import Finding
+from instrument.report import Node
+
+
+def _excess(node: Node, steps: int) -> float:
+    """How much ``node``'s longest call exceeds a usual one (all of it for a region that
+    does not run every step, such as a save every 20 steps)."""
+    if node.count == 0:
+        return 0.0
+    return node.max - node.p50 if node.count >= steps else node.max
+
+
+class Stalls:
+    """The stall rule, with the run's count of stalls so far (for their period)."""
+
+    def __init__(self) -> None:
+        self.stalls = 0  # estimated stalled steps in the intervals that had stalls
+        self.steps = 0  # steps of the intervals judged
+
+    def check(self, v: View, t: Thresholds) -> Finding | None:
+        """A finding when the interval's longest step is ``stall_ratio`` times the median
+        and the stalls are ``stall_share`` of its time. The first interval of a run (its
+        warm-up: first calls, lazy initialisation) is not judged."""
+        report, step = v.report, v.report.step_time
+        if step is None or not v.has_steps or report.step - report.steps <= 0:
+            return None
+        self.steps += v.steps
+        median, longest = step.p50, step.max
+        excess = longest - median
+        if longest < t.stall_ratio * median or excess < t.stall_min:
+            return None
+        total = v.step * v.steps
+        lost = max(total - median * v.steps, 0.0)
+        count = min(max(round(lost / excess), 1), v.steps)
+        share = lost / total if total > 0 else 0.0
+        if share < t.stall_share:
+            return None
+        self.stalls += count
+        where = self._where(v, excess)
+        period = self.steps / self.stalls if self.stalls else 0.0
+        often = f"about every {period:.0f} steps" if self.stalls > 1 else "once"
+        return Finding(
+            "stalls",
+            "warning",
+            f"steps of up to {ms(longest)} against a median of {ms(median)}, {often} "
+            f"({self.stalls} in {self.steps} steps), in {where}; they cost {pct(share)} of "
+            "the interval",
+            "find what runs on those steps (a checkpoint save, evaluation, logging, garbage "
+            "collection): make it asynchronous or less frequent, or time it with "
+            "instrument.timed to see it",
+            path=where,
+            evidence={
+                "max_s": longest,
+                "median_s": median,
+                "stalls": self.stalls,
+                "steps": self.steps,
+                "period_steps": period,
+                "share": share,
+            },
+        )
+
+    @staticmethod
+    def _where(v: View, excess: float) -> str:
+        """The deepest region whose own longest call explains half the stall, else the
+        time in no region."""
+        found = None
+        for node in v.report.nodes:
+            if node.concurrent or _excess(node, v.steps) < 0.5 * excess:
+                continue
+            if found is None or node.path.count("/") > found.path.count("/"):
+                found = node
+        return found.path if found is not None else v.other_path

@@ -1,0 +1,233 @@
+"""Trends over the run: step time or a region growing (slowdown), memory growing (creep).
+
+A trend is judged on a series of (step, value) points, one per report (the first report,
+the run's warm-up, left out): Kendall's tau says how steadily it moves (1.0: every later
+point is higher), the Theil-Sen slope (the median of the pairwise slopes) how fast, both
+robust to a noisy report. A series keeps at most :data:`POINTS` points: past that,
+neighbours are averaged in pairs, so a long run costs bounded memory and time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from instrument.diagnosis.rules import ms, pct, size
+from instrument.diagnosis.thresholds import Thresholds
+from instrument.diagnosis.view import View
+from instrument.findings import Finding
+
+POINTS = 64
+#: At most this many region paths are followed for slowdown (the largest when first seen).
+PATHS = 128
+#: A region is followed once it takes at least this share of the step.
+FOLLOWED_SHARE = 0.02
+MEMORY = (
+    ("host_rss", "host RSS", "host_total"),
+    ("device_allocated", "CUDA allocated", "device_total"),
+    ("device_reserved", "CUDA reserved", "device_total"),
+)
+
+
+class Series:
+    """(x, y) points, at most :data:`POINTS` (pairs of neighbours averaged beyond)."""
+
+    __slots__ = ("points",)
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, float]] = []
+
+    def add(self, x: float, y: float) -> None:
+        """Append a point."""
+        points = self.points
+        points.append((x, y))
+        if len(points) > POINTS:
+            pairs = zip(points[0::2], points[1::2], strict=False)
+            merged = [((a[0] + b[0]) / 2, (a[1] + b[1]) / 2) for a, b in pairs]
+            if len(points) % 2:
+                merged.append(points[-1])
+            self.points = merged
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A series' direction: Kendall's tau, the Theil-Sen slope (y per x), the fitted first
+    and last values and the x span."""
+
+    tau: float
+    slope: float
+    first: float
+    last: float
+    span: float
+
+    @property
+    def growth(self) -> float:
+        """The fitted change over the series, relative to its fitted start (0 at a start of 0)."""
+        return (self.last - self.first) / self.first if self.first > 0 else 0.0
+
+
+def trend(points: list[tuple[float, float]]) -> Trend | None:
+    """The trend of ``points`` (``None`` for fewer than 3)."""
+    n = len(points)
+    if n < 3:
+        return None
+    concordant = discordant = 0
+    slopes = []
+    for i in range(n):
+        xi, yi = points[i]
+        for j in range(i + 1, n):
+            xj, yj = points[j]
+            dy = yj - yi
+            concordant += dy > 0
+            discordant += dy < 0
+            if xj != xi:
+                slopes.append(dy / (xj - xi))
+    tau = (concordant - discordant) / (n * (n - 1) / 2)
+    slope = statistics.median(slopes) if slopes else 0.0
+    xs = [x for x, _ in points]
+    intercept = statistics.median(y - slope * x for x, y in points)
+    first, last = intercept + slope * xs[0], intercept + slope * xs[-1]
+    return Trend(tau, slope, first, last, xs[-1] - xs[0])
+
+
+class Trends:
+    """The run's series (step time, followed regions, memory) and the two trend rules."""
+
+    def __init__(self) -> None:
+        self.step = Series()
+        self.regions: dict[str, Series] = {}
+        self.memory: dict[str, Series] = {}
+        self.capacity: dict[str, int] = {}
+        self.run_steps = 0
+
+    def add(self, v: View) -> None:
+        """Take one report's points (not the run's first interval, its warm-up)."""
+        report = v.report
+        self.run_steps = max(self.run_steps, report.step)
+        first_interval = report.step - report.steps <= 0
+        for key, _, capacity in MEMORY:
+            if key in report.memory and not first_interval:
+                self.memory.setdefault(key, Series()).add(report.step, report.memory[key])
+            if capacity in report.memory:
+                self.capacity[capacity] = report.memory[capacity]
+        if not v.has_steps or first_interval:
+            return
+        x = report.step - v.steps / 2
+        self.step.add(x, v.step)
+        seen = set()
+        for node in report.nodes:
+            if node.concurrent:
+                continue
+            seconds = v.seconds(node)
+            series = self.regions.get(node.path)
+            if series is None:
+                if len(self.regions) >= PATHS or v.share(seconds) < FOLLOWED_SHARE:
+                    continue
+                series = self.regions[node.path] = Series()
+            series.add(x, seconds)
+            seen.add(node.path)
+        other = self.regions.get(v.other_path)
+        if other is None and v.share(v.other) >= FOLLOWED_SHARE and len(self.regions) < PATHS:
+            other = self.regions[v.other_path] = Series()
+        if other is not None:
+            other.add(x, v.other)
+            seen.add(v.other_path)
+        for path, series in self.regions.items():
+            if path not in seen:
+                series.add(x, 0.0)  # not run in this interval
+
+    def step_trend(self) -> Trend | None:
+        """The step time's trend over the run so far."""
+        return trend(self.step.points)
+
+    def slowdown(self, t: Thresholds) -> Finding | None:
+        """Step time growing steadily over the run, and the region that grows."""
+        points = self.step.points
+        found = trend(points)
+        if len(points) < t.trend_reports or found is None:
+            return None
+        if found.tau < t.trend_tau or found.growth < t.slowdown_growth:
+            return None
+        grown = found.last - found.first
+        where, where_trend = None, None
+        for path, series in self.regions.items():
+            if len(series.points) < t.trend_reports:
+                continue
+            region = trend(series.points)
+            if (
+                region is None
+                or region.tau < t.trend_tau
+                or region.last - region.first < 0.5 * grown
+            ):
+                continue
+            if where is None or path.count("/") > where.count("/"):
+                where, where_trend = path, region
+        severity = "critical" if found.growth >= 1.0 else "warning"
+        why = (
+            f"the step grew from {ms(found.first)} to {ms(found.last)} (+{pct(found.growth)}) "
+            f"over {found.span:.0f} steps, steadily (tau {found.tau:.2f})"
+        )
+        evidence: dict[str, object] = {
+            "first_s": found.first,
+            "last_s": found.last,
+            "growth": found.growth,
+            "tau": found.tau,
+            "steps": found.span,
+        }
+        if where is not None and where_trend is not None:
+            why += f"; {where} grew from {ms(where_trend.first)} to {ms(where_trend.last)}"
+            evidence.update(region=where, region_first_s=where_trend.first)
+            evidence.update(region_last_s=where_trend.last)
+        return Finding(
+            "slowdown",
+            severity,
+            why,
+            f"look at what accumulates in {where or 'the step'} as the run goes on: a growing "
+            "list or cache, a growing input (sequence length), recompilation, thermal "
+            "throttling",
+            path=where,
+            evidence=evidence,
+        )
+
+    def memory_creep(self, t: Thresholds, seconds_per_step: float) -> Finding | None:
+        """Memory growing steadily over the run: bytes per step and, where the capacity is
+        known, when it runs out at this rate."""
+        for key, label, capacity_key in MEMORY:
+            series = self.memory.get(key)
+            if series is None or len(series.points) < t.trend_reports:
+                continue
+            found = trend(series.points)
+            if found is None or found.tau < t.memory_tau:
+                continue
+            grown = found.last - found.first
+            if grown < t.memory_growth or found.slope <= 0:
+                continue
+            why = (
+                f"{label} grew by {size(grown)} over {found.span:.0f} steps "
+                f"({size(found.slope)} per step), steadily (tau {found.tau:.2f})"
+            )
+            evidence: dict[str, object] = {
+                "memory": key,
+                "grown_bytes": grown,
+                "bytes_per_step": found.slope,
+                "tau": found.tau,
+                "steps": found.span,
+            }
+            severity = "warning"
+            capacity = self.capacity.get(capacity_key)
+            if capacity:
+                left = max(capacity - series.points[-1][1], 0.0) / found.slope
+                when = f" (~{left * seconds_per_step / 60:.0f} min)" if seconds_per_step else ""
+                why += f"; at this rate the {size(capacity)} run out in ~{left:.0f} steps{when}"
+                evidence.update(capacity_bytes=capacity, steps_to_full=left)
+                if left <= max(self.run_steps, 1):
+                    severity = "critical"
+            return Finding(
+                "memory_creep",
+                severity,
+                why,
+                "look for tensors kept across steps with their graph (store loss.item() or "
+                "loss.detach(), not loss), lists of outputs, caches that only grow",
+                evidence=evidence,
+            )
+        return None

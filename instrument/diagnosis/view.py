@@ -1,0 +1,153 @@
+"""What the rules read from one report: the step, its phases and their shares, per step."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+
+from instrument.distributed.stragglers import is_collective
+from instrument.report import Node, RankStats, Report
+
+OTHER = "(other)"
+#: A top-level region named like a step (:data:`STEP_NAME`) that covers at least this share
+#: of the step is the step itself (a user's ``with timed("train_step")``): its children are
+#: the phases.
+COVERING = 0.9
+STEP_NAME = re.compile(r"(^|[_ .-])(step|iter|iteration|train|training|batch)($|[_ .-])", re.I)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A value across ranks: lowest, highest, the rank that has each, and a typical value
+    (the median with ``ranks="all"`` and three ranks or more, else the lowest)."""
+
+    low: float
+    high: float
+    low_rank: int
+    high_rank: int
+    typical: float
+    ranks: int
+    how: str  # "median over 4 ranks", "lowest over 2 ranks"
+
+
+def spread(stats: RankStats) -> Spread:
+    """A :class:`Spread` from a path's (or an ``across`` entry's) values across ranks."""
+    values = [v for v in stats.per_rank or () if v is not None]
+    if len(values) >= 3:
+        typical, how = statistics.median(values), f"median over {len(values)} ranks"
+    else:
+        typical, how = stats.rank_min, f"lowest over {stats.ranks_present} ranks"
+    return Spread(
+        stats.rank_min,
+        stats.rank_max,
+        stats.rank_argmin,
+        stats.rank_argmax,
+        typical,
+        stats.ranks_present,
+        how,
+    )
+
+
+class View:
+    """One report seen as a step: per-step seconds for every path, the phases (the step's
+    top-level regions, or the children of one region that covers the step), ``(other)``."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        step = report.step_time
+        self.steps = report.steps
+        #: Multiplies a report's (normalized) total into seconds per step; 0 without steps.
+        self.scale = 0.0
+        if step is not None and report.steps > 0:
+            n = report.normalizer
+            self.scale = 1.0 if n == "steps" else float(n) / report.steps
+        self.step = step.total * self.scale if step is not None else 0.0
+        top = [node for node in report.children("") if not node.concurrent]
+        covering = None
+        if len(top) >= 1 and self.step > 0:
+            big = max(top, key=lambda node: node.total)
+            covers = big.total * self.scale >= COVERING * self.step
+            if covers and STEP_NAME.search(big.name) and report.children(big.path):
+                covering = big
+        #: The region that is the whole step, if the user wrapped it in one.
+        self.covering = covering
+        parent = covering.path if covering is not None else ""
+        self.phases = tuple(
+            node for node in report.children(parent) if not node.concurrent and node is not covering
+        )
+        other = (report.other or 0.0) * self.scale
+        if covering is not None:
+            other += max(covering.self, 0.0) * self.scale
+        #: Seconds per step in no region (the step region's own time included).
+        self.other = other
+        self.other_path = OTHER if covering is None else f"{covering.path} (self)"
+        self.flush = report.flush_time * self.scale
+
+    @property
+    def has_steps(self) -> bool:
+        """The report measured steps (the shares below mean something)."""
+        return self.step > 0.0
+
+    def seconds(self, node: Node) -> float:
+        """``node``'s time per step."""
+        return node.total * self.scale
+
+    def share(self, seconds: float) -> float:
+        """``seconds`` (per step) as a share of the step."""
+        return seconds / self.step if self.step > 0 else 0.0
+
+    def phase(self, name: str) -> Node | None:
+        """The phase called ``name`` (``"data"``), or ``None``."""
+        for node in self.phases:
+            if node.name == name:
+                return node
+        return None
+
+    def typical(self, node: Node) -> tuple[float, str]:
+        """``node``'s time per step for "every rank" judgements: the median or the lowest
+        over the ranks when gathered (so one slow rank does not make them all look so), and
+        how it was taken ("" for this rank alone)."""
+        if node.ranks is None:
+            return self.seconds(node), ""
+        s = spread(node.ranks)
+        return s.typical * self.scale, s.how
+
+    def own(self, node: Node) -> Spread | None:
+        """``node``'s own time (its collectives' waiting taken out) across ranks, per step,
+        or ``None`` when not gathered."""
+        stats = self.report.across.get("own." + node.path) or node.ranks
+        if stats is None:
+            return None
+        s = spread(stats)
+        k = self.scale
+        return Spread(s.low * k, s.high * k, s.low_rank, s.high_rank, s.typical * k, s.ranks, s.how)
+
+    def collectives(self) -> list[Node]:
+        """The outermost collectives (and waits for other ranks) below the phases."""
+        found = [node for node in self.report.nodes if is_collective(node)]
+        paths = {node.path for node in found}
+        return [
+            node
+            for node in found
+            if not any(node.path.startswith(p + "/") for p in paths if p != node.path)
+        ]
+
+    def in_collectives(self) -> float:
+        """Seconds per step with a collective in flight: synchronous collectives' time plus
+        each region's async collectives counted once (their union, ``concurrent_time``)."""
+        total = 0.0
+        async_parents: set[str] = set()
+        for node in self.collectives():
+            if node.concurrent:
+                async_parents.add(node.parent)
+            else:
+                total += self.seconds(node)
+        for parent in async_parents:
+            held = self.report.get(parent)
+            union = getattr(held, "concurrent_time", None) if held is not None else None
+            if union is None:  # no union recorded: the longest one, a lower bound
+                kids = [n for n in self.report.children(parent) if n.concurrent]
+                union = max((n.total for n in kids), default=0.0)
+            total += union * self.scale
+        return total

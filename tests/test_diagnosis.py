@@ -1,0 +1,407 @@
+"""Findings from reports made on a fake clock: each rule, its thresholds, its hysteresis, the
+run's summary, and what the reporter and its sinks do with them."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import instrument
+from instrument import cli
+from instrument.diagnosis import Diagnosis, Finding, RunSummary, Thresholds, diagnose
+from instrument.diagnosis.trends import POINTS, Series, trend
+from instrument.report import Node, RankStats, Report
+from instrument.testing import FakeClock
+
+Step = Callable[[FakeClock, int], None]
+
+
+def run(
+    clock: FakeClock, step: Step, steps: int = 60, every: int = 10, **options: object
+) -> list[Report]:
+    """``steps`` steps of ``step`` with a reporter flushing every ``every``: its reports."""
+    reports: list[Report] = []
+    reporter = instrument.Reporter(every=every, sinks=[reports.append], memory=False, **options)
+    for i in range(steps):
+        step(clock, i)
+        reporter.step()
+    reporter.close()
+    return reports
+
+
+def phases(
+    data: float = 0.001, forward: float = 0.004, optimizer: float = 0.001, other: float = 0.0005
+) -> Step:
+    def step(clock: FakeClock, i: int) -> None:
+        with instrument.timed("data"):
+            clock.advance(data)
+        with instrument.timed("forward"):
+            clock.advance(forward)
+        with instrument.timed("optimizer"):
+            clock.advance(optimizer)
+        clock.advance(other)
+
+    return step
+
+
+def kinds(report: Report) -> dict[str, Finding]:
+    return {f.kind: f for f in report.findings}
+
+
+def warnings(reports: list[Report]) -> list[Finding]:
+    return [f for r in reports for f in r.findings if f.severity != "info"]
+
+
+def test_a_healthy_step_gets_no_warning(clock: FakeClock) -> None:
+    reports = run(clock, phases())
+    assert warnings(reports) == []
+    assert reports[0].verdict is not None
+    assert reports[0].verdict.kind == "compute_bound"
+    assert reports[0].verdict.path == "forward"
+
+
+def test_input_bound_names_data_with_its_share(clock: FakeClock) -> None:
+    reports = run(clock, phases(data=0.006, forward=0.003))
+    verdict = reports[-1].verdict
+    assert verdict is not None
+    assert (verdict.kind, verdict.severity, verdict.path) == ("input_bound", "critical", "data")
+    assert "data took 57 % of the step" in verdict.why
+    assert "num_workers" in verdict.next
+    assert verdict.evidence["share"] == pytest.approx(0.006 / 0.0105)
+
+
+def test_input_below_threshold_is_no_finding(clock: FakeClock) -> None:
+    reports = run(clock, phases(data=0.0015, forward=0.004))
+    assert all("input_bound" not in kinds(r) for r in reports)
+
+
+def test_compute_bound_names_the_module_that_dominates(clock: FakeClock) -> None:
+    def step(clock: FakeClock, i: int) -> None:
+        with instrument.timed("forward"):
+            with instrument.timed("encoder"):
+                with instrument.timed("layers.0"):
+                    clock.advance(0.001)
+                with instrument.timed("layers.1"):
+                    clock.advance(0.006)
+            clock.advance(0.001)
+        clock.advance(0.0005)
+
+    found = kinds(run(clock, step, steps=20)[-1])["compute_bound"]
+    assert found.severity == "info"
+    assert found.path == "forward/encoder/layers.1"
+    assert found.evidence["phase"] == "forward"
+    assert "most of it in forward/encoder/layers.1" in found.why
+
+
+def test_a_heavy_optimizer_is_a_warning_on_optimizer(clock: FakeClock) -> None:
+    reports = run(clock, phases(forward=0.002, optimizer=0.006))
+    verdict = reports[-1].verdict
+    assert verdict is not None
+    assert (verdict.kind, verdict.severity, verdict.path) == (
+        "compute_bound",
+        "warning",
+        "optimizer",
+    )
+    assert "fused" in verdict.next
+
+
+def test_untimed_work_is_residual_heavy_on_other(clock: FakeClock) -> None:
+    reports = run(clock, phases(other=0.005))
+    verdict = reports[-1].verdict
+    assert verdict is not None
+    assert (verdict.kind, verdict.path) == ("residual_heavy", "(other)")
+    assert "in no region" in verdict.why
+
+
+def test_a_save_every_20_steps_is_stalls_with_its_period(clock: FakeClock) -> None:
+    base = phases()
+
+    def step(clock: FakeClock, i: int) -> None:
+        base(clock, i)
+        if i % 20 == 19:
+            clock.advance(0.2)  # an untimed checkpoint save
+
+    reports = run(clock, step, steps=100)
+    stalls = [kinds(r).get("stalls") for r in reports[1:]]
+    held = [f for f in stalls if f is not None]
+    assert held, [r.findings for r in reports]
+    last = held[-1]
+    assert last.path == "(other)"
+    assert last.evidence["period_steps"] == pytest.approx(20, rel=0.3)
+    assert "about every" in last.why
+    summary = diagnose(reports)
+    assert summary.verdict is not None
+    assert summary.verdict.kind == "stalls"
+    assert all(f.kind != "residual_heavy" for f in summary.findings)  # explained by the stalls
+
+
+def test_a_stall_inside_a_region_names_the_region(clock: FakeClock) -> None:
+    base = phases()
+
+    def step(clock: FakeClock, i: int) -> None:
+        base(clock, i)
+        if i % 20 == 19:
+            with instrument.timed("checkpoint"):
+                clock.advance(0.2)
+
+    reports = run(clock, step, steps=60)
+    assert any(
+        kinds(r).get("stalls", None) and kinds(r)["stalls"].path == "checkpoint" for r in reports
+    )
+
+
+def test_the_first_interval_is_warm_up_not_a_stall(clock: FakeClock) -> None:
+    base = phases()
+
+    def step(clock: FakeClock, i: int) -> None:
+        base(clock, i)
+        if i == 0:
+            clock.advance(0.3)  # first-step initialisation
+
+    assert all("stalls" not in kinds(r) for r in run(clock, step))
+
+
+def test_a_forward_that_grows_is_a_slowdown_naming_it(clock: FakeClock) -> None:
+    def step(clock: FakeClock, i: int) -> None:
+        phases(forward=0.003 + 0.0001 * i)(clock, i)
+
+    reports = run(clock, step, steps=80)
+    found = kinds(reports[-1]).get("slowdown")
+    assert found is not None
+    assert found.path == "forward"
+    assert found.evidence["growth"] > 0.5
+    assert all("slowdown" not in kinds(r) for r in run(clock, phases(), steps=80))
+
+
+def _with_memory(reports: list[Report], values: list[int], **more: int) -> list[Report]:
+    return [
+        dataclasses.replace(r, memory={"host_rss": v, **more})
+        for r, v in zip(reports, values, strict=True)
+    ]
+
+
+def test_rss_growing_steadily_is_memory_creep(clock: FakeClock) -> None:
+    reports = run(clock, phases(), steps=80)
+    mib = 1 << 20
+    leaking = _with_memory(
+        reports, [500 * mib + i * 10 * mib for i in range(len(reports))], host_total=2000 * mib
+    )
+    summary = diagnose(leaking)
+    creep = next(f for f in summary.findings if f.kind == "memory_creep")
+    assert creep.evidence["bytes_per_step"] == pytest.approx(mib, rel=0.01)
+    assert "run out in" in creep.why
+    assert "loss.item()" in creep.next
+    flat = _with_memory(reports, [500 * mib + (i % 2) * 8 * mib for i in range(len(reports))])
+    assert all(f.kind != "memory_creep" for f in diagnose(flat).findings)
+    small = _with_memory(reports, [500 * mib + i * 100_000 for i in range(len(reports))])
+    assert all(f.kind != "memory_creep" for f in diagnose(small).findings)
+
+
+def test_memory_near_capacity_is_memory_pressure(clock: FakeClock) -> None:
+    reports = run(clock, phases(), steps=20)
+    gib = 1 << 30
+    full = dataclasses.replace(
+        reports[-1],
+        memory={
+            "device_reserved": 76 * gib,
+            "device_peak_reserved": 79 * gib,
+            "device_total": 80 * gib,
+        },
+    )
+    found = kinds(Report(findings=Diagnosis().add(full)))
+    assert found["memory_pressure"].severity == "warning"
+    ooms = dataclasses.replace(reports[-1], memory={"device_ooms": 2})
+    assert kinds(Report(findings=Diagnosis().add(ooms)))["memory_pressure"].severity == "critical"
+
+
+def test_a_missing_data_line_is_said_not_guessed(clock: FakeClock) -> None:
+    def step(clock: FakeClock, i: int) -> None:
+        with instrument.timed("forward"):
+            clock.advance(0.004)
+
+    found = kinds(run(clock, step, steps=10)[-1])
+    assert found["incomplete"].evidence["missing"] == ["data", "memory"]
+    assert "dataloader=" in found["incomplete"].next
+    assert "input_bound" not in found
+
+
+def test_a_finding_does_not_flap_around_its_threshold(clock: FakeClock) -> None:
+    def step(clock: FakeClock, i: int) -> None:
+        share = 0.27 if (i // 10) % 2 == 0 else 0.22  # 27 %, 22 %, 27 %, ... of the step
+        phases(data=0.01 * share, forward=0.01 * (1 - share), optimizer=0.0, other=0.0)(clock, i)
+
+    held = ["input_bound" in kinds(r) for r in run(clock, step)]
+    assert held == [True] * 6
+    first = run(clock, phases(data=0.0027, forward=0.0073, optimizer=0.0, other=0.0), steps=10)
+    assert "input_bound" in kinds(first[-1])
+    assert [kinds(r)["input_bound"].since_step for r in run(clock, step)] == [0] * 6
+
+
+def test_straggler_names_culprit_phase_and_victim() -> None:
+    def ranks(low: float, high: float, slow: int) -> RankStats:
+        return RankStats(low, high, (low + high) / 2, 1 - slow, slow, 2, None, slow)
+
+    step = instrument.report.Stats(10, 0.030, 0.030, 0.029, 0.031, 0.0, 0.030, 0.030, 0.030)
+
+    def node(path: str, total: float, r: RankStats, concurrent: bool = False) -> Node:
+        host = dataclasses.replace(step, total=total)
+        return Node(path=path, host=host, self_time=total, ranks=r, concurrent=concurrent)
+
+    report = Report(
+        nodes=(
+            node("data", 0.002, ranks(0.002, 0.002, 0)),
+            node("forward", 0.018, ranks(0.004, 0.018, 1)),
+            node("backward", 0.009, ranks(0.004, 0.018, 0)),
+            # rank 0 waited longest there; rank 1 arrived last (the collective's slowest)
+            node(
+                "backward/ddp_all_reduce",
+                0.014,
+                RankStats(0.001, 0.014, 0.0075, 1, 0, 2, None, 1),
+                concurrent=True,
+            ),
+        ),
+        steps=10,
+        step_time=step,
+        normalizer="steps",
+        step=20,
+        world_size=2,
+        ranks="minmax",
+    )
+    found = kinds(Report(findings=Diagnosis().add(report)))["straggler"]
+    assert (found.rank, found.path, found.severity) == (1, "forward", "critical")
+    assert found.evidence["waiting_rank"] == 0
+    assert found.evidence["waiting_in"] == "backward/ddp_all_reduce"
+    assert found.evidence["excess_s"] == pytest.approx(0.014)
+    assert "rank 0 waits for it in backward/ddp_all_reduce" in found.why
+
+
+def test_findings_round_trip_and_refuse_bad_values() -> None:
+    finding = Finding(
+        "stalls",
+        "warning",
+        "why",
+        "next",
+        path="(other)",
+        rank=1,
+        evidence={"a": 1.5, "b": [1, 2], "c": "x"},
+        since_step=20,
+    )
+    assert Finding.from_dict(json.loads(json.dumps(finding.to_dict()))) == finding
+    with pytest.raises(ValueError, match="unknown finding kind 'slow'"):
+        Finding("slow", "warning", "w", "n")
+    with pytest.raises(ValueError, match="unknown severity 'bad'"):
+        Finding("stalls", "bad", "w", "n")
+    with pytest.raises(ValueError, match="evidence 'x' must be a finite number"):
+        Finding("stalls", "info", "w", "n", evidence={"x": float("nan")})
+    with pytest.raises(ValueError, match="rank must be an int"):
+        Finding.from_dict({**finding.to_dict(), "rank": "1"})
+
+
+def test_thresholds_are_checked_and_parsed() -> None:
+    assert Thresholds.parse(["input_share=0.4", "trend_reports=5"]) == Thresholds(
+        input_share=0.4, trend_reports=5
+    )
+    with pytest.raises(ValueError, match="unknown threshold 'nope=1'"):
+        Thresholds.parse(["nope=1"])
+    with pytest.raises(ValueError, match="input_share must be a finite number >= 0"):
+        Thresholds(input_share=-1)
+    with pytest.raises(ValueError, match="hysteresis must be in"):
+        Thresholds(hysteresis=0)
+    relaxed = Thresholds().relaxed()
+    assert relaxed.input_share == pytest.approx(0.2)
+    assert relaxed.stall_ratio == pytest.approx(1 + 4 * 0.8)
+    with pytest.raises(ValueError, match="diagnose must be True, False or a Thresholds"):
+        instrument.Reporter(diagnose="yes")  # type: ignore[arg-type]
+
+
+def test_thresholds_override_the_rules(clock: FakeClock) -> None:
+    reports = run(
+        clock,
+        phases(data=0.003, forward=0.004),
+        diagnose=Thresholds(input_share=0.6, input_critical=0.9),
+    )
+    assert all("input_bound" not in kinds(r) for r in reports)
+
+
+def test_no_diagnosis_when_turned_off(clock: FakeClock) -> None:
+    reporter = instrument.Reporter(every=None, diagnose=False)
+    phases()(clock, 0)
+    reporter.step()
+    assert reporter.flush().findings == ()
+    assert reporter.summary() is None
+    reporter.close()
+
+
+def test_a_failing_diagnosis_leaves_the_report(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: Diagnosis, report: Report) -> tuple[Finding, ...]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Diagnosis, "add", broken)
+    with caplog.at_level(logging.ERROR, logger="instrument"):
+        reports = run(clock, phases(), steps=20)
+    assert len(reports) == 2
+    assert all(r.findings == () for r in reports)
+    assert caplog.text.count("the diagnosis failed") == 1
+
+
+def test_series_stay_bounded_and_trends_are_robust() -> None:
+    series = Series()
+    for i in range(1000):
+        series.add(i, 2.0 * i)
+    assert len(series.points) <= POINTS
+    found = trend(series.points)
+    assert found is not None
+    assert found.tau == 1.0
+    assert found.slope == pytest.approx(2.0)
+    noisy = [(float(i), 1.0 + (5.0 if i == 5 else 0.0)) for i in range(10)]
+    flat = trend(noisy)
+    assert flat is not None
+    assert flat.slope == 0.0
+
+
+def test_console_puts_the_verdict_first_and_the_summary_at_close(clock: FakeClock) -> None:
+    out = io.StringIO()
+    reporter = instrument.Reporter(every=10, sinks=[instrument.sinks.Console(out)], memory=False)
+    for i in range(30):
+        phases(data=0.006, forward=0.003)(clock, i)
+        reporter.step()
+    reporter.close()
+    text = out.getvalue().splitlines()
+    assert text[0].startswith("instrument report #1")
+    assert text[1].startswith("verdict: INPUT-BOUND (critical) on data: data took")
+    assert text[2].startswith("  next: raise the DataLoader's num_workers")
+    summary = text.index(next(line for line in text if line.startswith("instrument run summary")))
+    assert text[summary + 1].startswith("verdict: INPUT-BOUND (critical) on data since step 0")
+
+
+def test_the_saved_summary_equals_the_live_one(
+    clock: FakeClock, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sink = instrument.sinks.JSONL(tmp_path / "run.jsonl")
+    reporter = instrument.Reporter(every=10, sinks=[sink], memory=False)
+    base = phases(other=0.002)
+    for i in range(100):
+        base(clock, i)
+        if i % 20 == 19:
+            clock.advance(0.2)
+        reporter.step()
+    reporter.close()
+    live = reporter.summary()
+    assert live is not None
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written == live.to_dict()
+    assert RunSummary.from_dict(written) == live
+    assert cli.main(["summary", str(tmp_path / "run.jsonl"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == written
+    assert cli.main(["summary", str(tmp_path / "run.jsonl")]) == 0
+    assert "verdict: STALLS (warning) on (other)" in capsys.readouterr().out
+    assert cli.main(["summary", str(tmp_path / "run.jsonl"), "--threshold", "bad=1"]) == 2
+    assert "unknown threshold 'bad=1'" in capsys.readouterr().err
