@@ -22,6 +22,7 @@ from instrument.hooks import modules as module_hooks
 from instrument.hooks import optim as optim_hooks
 from instrument.hooks import training as training_hooks
 from instrument.regions.region import check_level
+from instrument.diagnosis import Thresholds
 from instrument.reporter import Reporter
 from instrument.sinks.console import Console
 
@@ -221,6 +222,7 @@ def auto(
     flops_per_step: float | str | None = None,
     peak_flops: float | None = None,
     ranks: str = "local",
+    diagnose: bool | Thresholds = True,
 ) -> AutoHandle:
     """Time every module, backward, the optimizer step, data loading and collectives.
 
@@ -266,6 +268,9 @@ def auto(
         ranks: The made reporter's ``ranks``: "max", "minmax" or "all" add each region's
             min, max and slowest rank across the process group (every rank reports at the
             same steps, so the collective flush lines up).
+        diagnose: The made reporter's ``diagnose``: a verdict and findings in every report
+            and a summary at the end (docs/diagnosis.md); a ``Thresholds`` sets the rules'
+            thresholds, ``False`` turns it off.
 
     Raises:
         RuntimeError: ``auto`` is already installed on this model, on a model it is part
@@ -304,11 +309,12 @@ def auto(
         or flops_per_step is not None
         or peak_flops is not None
         or ranks != "local"
+        or diagnose is not True
     )
     if reporter is not None and changed:
         raise ValueError(
             "pass either reporter= or every=/sinks=/normalizer=/flops_per_step=/peak_flops=/"
-            "ranks= (they configure the reporter auto() makes), not both"
+            "ranks=/diagnose= (they configure the reporter auto() makes), not both"
         )
     _check_not_instrumented(model)
 
@@ -321,6 +327,7 @@ def auto(
             flops_per_step=flops_per_step,
             peak_flops=peak_flops,
             ranks=ranks,
+            diagnose=diagnose,
         )
     config.refresh_auto_clock()
     handle = AutoHandle(model, reporter, owns)

@@ -599,7 +599,11 @@ BAD_VALUES = {
     "negative": ('"steps": 2', '"steps": -2', "steps is -2; expected a count >= 0"),
     "normalizer": ('"normalizer": "steps"', '"normalizer": 0', "normalizer is 0.0; expected"),
     "throughput": ('"mfu": null', '"mfu": []', "throughput.mfu must be a number, got []"),
-    "empty_path": ('"path": "forward"', '"path": "forward/"', "nodes[0].path is 'forward/'"),
+    "empty_path": (
+        '{"path": "forward", "clock"',
+        '{"path": "forward/", "clock"',
+        "nodes[0].path is 'forward/'",
+    ),
 }
 
 

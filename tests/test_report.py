@@ -52,10 +52,13 @@ def test_render_is_a_tree_with_aligned_columns(clock: FakeClock) -> None:
     text = _sample(clock).render()
     lines = text.splitlines()
     assert lines[0].startswith("instrument report #1")
-    assert lines[1].startswith("instrument: ")  # what the timing itself cost
-    header = lines[2]
+    assert lines[1].startswith("verdict: ")  # the findings, the verdict first
+    assert lines[2].startswith("  next: ")
+    lines = [line for line in lines[3:] if not line.startswith("  also: ")]
+    assert lines[0].startswith("instrument: ")  # what the timing itself cost
+    header = lines[1]
     assert header.split() == ["region", "total", "ms", "%", "calls", "mean", "ms", "max", "ms"]
-    labels = [line[: header.index("total") - 2].rstrip() for line in lines[3:]]
+    labels = [line[: header.index("total") - 2].rstrip() for line in lines[2:]]
     assert labels == [
         "step (2 steps)",
         "└── step",
@@ -63,9 +66,9 @@ def test_render_is_a_tree_with_aligned_columns(clock: FakeClock) -> None:
         "    └── forward",
         "        └── encoder",
     ]
-    widths = {len(line) for line in lines[2:]}
+    widths = {len(line) for line in lines[1:]}
     assert len(widths) == 1  # every figure column is right-aligned to the same edge
-    assert "16.000" in lines[4] or "32.000" in lines[4]
+    assert "16.000" in lines[3] or "32.000" in lines[3]
 
 
 def test_from_dict_rejects_non_reports() -> None:

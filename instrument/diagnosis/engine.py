@@ -138,9 +138,11 @@ def _explained(found: list[Finding]) -> list[Finding]:
 
 
 def _balanced(v: View) -> Finding:
-    parts = sorted(v.phases, key=lambda n: -n.total)[:4]
+    parts = [
+        n for n in sorted(v.phases, key=lambda n: -n.total)[:4] if v.share(v.seconds(n)) >= 0.01
+    ]
     shares = ", ".join(f"{n.path} {rules.pct(v.share(v.seconds(n)))}" for n in parts)
-    if v.other > 0:
+    if v.share(v.other) >= 0.01:
         shares += f", {v.other_path} {rules.pct(v.share(v.other))}"
     return Finding(
         "balanced",

@@ -21,7 +21,9 @@ UPDATE_PHASES = ("optimizer", "zero_grad")
 
 
 def ms(seconds: float) -> str:
-    """``0.0123`` → ``"12.3 ms"`` (three significant figures)."""
+    """``0.0123`` → ``"12.3 ms"``, ``4.5`` → ``"4.5 s"`` (three significant figures)."""
+    if seconds >= 1.0:
+        return f"{seconds:.3g} s"
     return f"{seconds * 1e3:.3g} ms"
 
 

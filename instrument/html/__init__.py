@@ -3,8 +3,9 @@
 The page holds everything it needs — its CSS, a small hand-written script (SVG drawing,
 no library) and the run's data, gzip-compressed and base64-encoded, unpacked in the
 browser by the built-in ``DecompressionStream`` — so it opens from a disk or a CI
-artifact and never touches the network. It shows the timing tree of any interval as an
-icicle (click to zoom), a timeline across intervals (step time, the top regions' self
+artifact and never touches the network. It shows the run's verdict and findings on top
+(:mod:`instrument.diagnosis`, as ``python -m instrument summary`` says them), the timing
+tree of any interval as an icicle (click to zoom), a timeline across intervals (step time, the top regions' self
 time stacked, throughput, MFU, memory), a rank-by-region heatmap with stragglers marked
 when the run gathered ``ranks="all"`` or ``"minmax"``, and with a base run the diff,
 regressions first, with their intervals.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from instrument.diagnosis import diagnose
 from instrument.report import Report
 
 #: A rank slower than the median rank by more than this fraction is a straggler.
@@ -228,6 +230,10 @@ def page_data(
                 concurrent.add(node.path)
     names = list(paths)
     parents = [paths.get(path.rpartition("/")[0], -1) for path in names]
+    try:
+        verdict: dict[str, Any] | None = diagnose(reports).to_dict()
+    except Exception:  # a page without its banner rather than no page
+        verdict = None
     return {
         "version": 1,
         "title": title,
@@ -240,6 +246,7 @@ def page_data(
         "intervals": [_interval(report, paths) for report in reports],
         "heat": heatmap(reports, names),
         "diff": diff,
+        "verdict": verdict,
     }
 
 

@@ -435,6 +435,25 @@ function drawDiff(data) {
 
 // -- the page ------------------------------------------------------------------------------
 
+function drawVerdict(data) {
+  const run = data.verdict;
+  if (!run || !run.verdict) return;
+  const section = document.getElementById("verdict-section");
+  const box = document.getElementById("verdict");
+  const where = (f) => (f.path ? ` on ${f.path}` : "") + (f.rank !== null && f.rank !== undefined ? ` (rank ${f.rank})` : "");
+  const label = (f) => f.kind.replace(/_/g, "-").toUpperCase();
+  const v = run.verdict;
+  section.className = v.severity;
+  html("p", { class: "headline" }, `${label(v)} (${v.severity})${where(v)}: ${v.why}`, box);
+  html("p", { class: "next" }, `next: ${v.next}`, box);
+  const rest = run.findings.slice(1);
+  if (rest.length) {
+    const list = html("ul", {}, null, box);
+    rest.forEach((f) => html("li", {}, `${label(f)} (${f.severity})${where(f)}: ${f.why}`, list));
+  }
+  section.hidden = false;
+}
+
 function main(data) {
   window.instrumentData = data;
   const ivs = data.intervals;
@@ -458,6 +477,7 @@ function main(data) {
     drawIcicle(data, state);
   });
   const pick = (i) => { state.interval = i; select.value = String(i); drawIcicle(data, state); };
+  drawVerdict(data);
   drawIcicle(data, state);
   drawTimeline(data, state, pick);
   drawHeat(data);

@@ -29,6 +29,9 @@ Tags, with ``<path>`` the region's path (``step/forward``):
 - ``across/<tag>/rank_min``, ``rank_max``, ``rank_mean``, ``rank_argmin``, ``rank_argmax``
   for each value of ``report.across``, ``<tag>`` being its own tag above
   (``across/throughput/tokens_per_sec/rank_min``, ``across/memory/host_rss_gib/rank_max``).
+- ``diagnosis/<kind>`` for every kind of finding (``diagnosis/input_bound``...): 0 absent,
+  1 info, 2 warning, 3 critical; ``diagnosis/verdict`` the same for the report's verdict;
+  when the report was diagnosed.
 
 Region names become tag segments that TensorBoard's tag rule accepts (letters, digits,
 ``_ . -``): every other run of characters becomes ``_`` inside a name and is dropped at its
@@ -42,6 +45,7 @@ from __future__ import annotations
 import math
 import re
 
+from instrument.findings import KINDS, SEVERITIES
 from instrument.report import RankStats, Report
 from instrument.stats import Stats
 
@@ -177,6 +181,14 @@ def scalars(report: Report) -> dict[str, float]:
         _across(out, f"across/{tag}", ranks, factor)
     if report.group_size:
         out["stragglers/count"] = float(max(report.stragglers_count, len(report.stragglers)))
+    if report.findings:
+        levels = dict.fromkeys(KINDS, 0.0)
+        for finding in report.findings:
+            level = 1.0 + SEVERITIES.index(finding.severity)
+            levels[finding.kind] = max(levels[finding.kind], level)
+        for kind, level in levels.items():
+            out[f"diagnosis/{kind}"] = level
+        out["diagnosis/verdict"] = 1.0 + SEVERITIES.index(report.findings[0].severity)
     for found in report.stragglers:
         out[f"stragglers/rank_{found.rank}/min_score"] = min(found.scores, default=1.0)
         out[f"stragglers/rank_{found.rank}/intervals"] = float(found.intervals)
