@@ -80,7 +80,7 @@ def _dominant(v: View, phase: Node) -> Node:
     half of its parent's time."""
     node = phase
     while True:
-        kids = [k for k in v.report.children(node.path) if not k.concurrent]
+        kids = [k for k in v.children(node.path) if not k.concurrent]
         if not kids:
             return node
         big = max(kids, key=lambda k: k.total)
@@ -94,10 +94,10 @@ def compute_bound(v: View, t: Thresholds) -> Finding | None:
     warning when it is the optimizer's update."""
     if not v.has_steps:
         return None
-    phases = [n for n in v.phases if n.name != "data"]
-    if not phases:
+    data = v.phase("data")
+    phase = max((n for n in v.phases if n is not data), key=lambda n: n.total, default=None)
+    if phase is None:
         return None
-    phase = max(phases, key=lambda n: n.total)
     share = v.share(v.seconds(phase))
     update = phase.name in UPDATE_PHASES
     if update and share >= t.optimizer_share:

@@ -17,7 +17,7 @@ from instrument.diagnosis.thresholds import Thresholds
 from instrument.diagnosis.view import View
 from instrument.findings import Finding
 
-POINTS = 64
+POINTS = 32
 #: At most this many region paths are followed for slowdown (the largest when first seen).
 PATHS = 128
 #: A region is followed once it takes at least this share of the step.
@@ -66,23 +66,34 @@ class Trend:
         return (self.last - self.first) / self.first if self.first > 0 else 0.0
 
 
-def trend(points: list[tuple[float, float]]) -> Trend | None:
-    """The trend of ``points`` (``None`` for fewer than 3)."""
+def tau_of(points: list[tuple[float, float]]) -> float:
+    """Kendall's tau of ``points`` in x order (0.0 for fewer than 2)."""
+    n = len(points)
+    if n < 2:
+        return 0.0
+    ys = [y for _, y in points]
+    score = 0
+    for i, yi in enumerate(ys):
+        for yj in ys[i + 1 :]:
+            score += (yj > yi) - (yj < yi)
+    return score / (n * (n - 1) / 2)
+
+
+def trend(points: list[tuple[float, float]], at_least: float | None = None) -> Trend | None:
+    """The trend of ``points`` (``None`` for fewer than 3, or when ``at_least`` is given and
+    Kendall's tau is below it: the slope is not worked out then)."""
     n = len(points)
     if n < 3:
         return None
-    concordant = discordant = 0
-    slopes = []
-    for i in range(n):
-        xi, yi = points[i]
-        for j in range(i + 1, n):
-            xj, yj = points[j]
-            dy = yj - yi
-            concordant += dy > 0
-            discordant += dy < 0
-            if xj != xi:
-                slopes.append(dy / (xj - xi))
-    tau = (concordant - discordant) / (n * (n - 1) / 2)
+    tau = tau_of(points)
+    if at_least is not None and tau < at_least:
+        return None
+    slopes = [
+        (yj - yi) / (xj - xi)
+        for i, (xi, yi) in enumerate(points)
+        for xj, yj in points[i + 1 :]
+        if xj != xi
+    ]
     slope = statistics.median(slopes) if slopes else 0.0
     xs = [x for x, _ in points]
     intercept = statistics.median(y - slope * x for x, y in points)
@@ -143,22 +154,18 @@ class Trends:
     def slowdown(self, t: Thresholds) -> Finding | None:
         """Step time growing steadily over the run, and the region that grows."""
         points = self.step.points
-        found = trend(points)
-        if len(points) < t.trend_reports or found is None:
+        if len(points) < t.trend_reports:
             return None
-        if found.tau < t.trend_tau or found.growth < t.slowdown_growth:
+        found = trend(points, t.trend_tau)
+        if found is None or found.growth < t.slowdown_growth:
             return None
         grown = found.last - found.first
         where, where_trend = None, None
         for path, series in self.regions.items():
             if len(series.points) < t.trend_reports:
                 continue
-            region = trend(series.points)
-            if (
-                region is None
-                or region.tau < t.trend_tau
-                or region.last - region.first < 0.5 * grown
-            ):
+            region = trend(series.points, t.trend_tau)
+            if region is None or region.last - region.first < 0.5 * grown:
                 continue
             if where is None or path.count("/") > where.count("/"):
                 where, where_trend = path, region
@@ -196,8 +203,8 @@ class Trends:
             series = self.memory.get(key)
             if series is None or len(series.points) < t.trend_reports:
                 continue
-            found = trend(series.points)
-            if found is None or found.tau < t.memory_tau:
+            found = trend(series.points, t.memory_tau)
+            if found is None:
                 continue
             grown = found.last - found.first
             if grown < t.memory_growth or found.slope <= 0:

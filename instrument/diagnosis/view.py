@@ -63,26 +63,39 @@ class View:
             n = report.normalizer
             self.scale = 1.0 if n == "steps" else float(n) / report.steps
         self.step = step.total * self.scale if step is not None else 0.0
-        top = [node for node in report.children("") if not node.concurrent]
+        kids: dict[str, list[Node]] = {}
+        for node in report.nodes:
+            kids.setdefault(node.path.rpartition("/")[0], []).append(node)
+        self._kids = kids
+        top = [node for node in kids.get("", ()) if not node.concurrent]
         covering = None
         if len(top) >= 1 and self.step > 0:
             big = max(top, key=lambda node: node.total)
             covers = big.total * self.scale >= COVERING * self.step
-            if covers and STEP_NAME.search(big.name) and report.children(big.path):
+            if covers and STEP_NAME.search(big.name) and big.path in kids:
                 covering = big
         #: The region that is the whole step, if the user wrapped it in one.
         self.covering = covering
         parent = covering.path if covering is not None else ""
         self.phases = tuple(
-            node for node in report.children(parent) if not node.concurrent and node is not covering
+            node for node in kids.get(parent, ()) if not node.concurrent and node is not covering
         )
-        other = (report.other or 0.0) * self.scale
+        other = 0.0
+        if step is not None:  # Report.other, from the children already sorted
+            covered = sum(node.total for node in top)
+            other = max(step.total - covered - report.flush_time, 0.0) * self.scale
         if covering is not None:
             other += max(covering.self, 0.0) * self.scale
         #: Seconds per step in no region (the step region's own time included).
         self.other = other
         self.other_path = OTHER if covering is None else f"{covering.path} (self)"
         self.flush = report.flush_time * self.scale
+        self._by_name: dict[str, Node] | None = None
+        self._collectives: list[Node] | None = None
+
+    def children(self, path: str) -> list[Node]:
+        """The nodes directly below ``path`` ("" for the top level)."""
+        return self._kids.get(path, [])
 
     @property
     def has_steps(self) -> bool:
@@ -99,10 +112,12 @@ class View:
 
     def phase(self, name: str) -> Node | None:
         """The phase called ``name`` (``"data"``), or ``None``."""
-        for node in self.phases:
-            if node.name == name:
-                return node
-        return None
+        by_name = self._by_name
+        if by_name is None:
+            by_name = self._by_name = {}
+            for node in self.phases:
+                by_name.setdefault(node.name, node)
+        return by_name.get(name)
 
     def typical(self, node: Node) -> tuple[float, str]:
         """``node``'s time per step for "every rank" judgements: the median or the lowest
@@ -125,13 +140,15 @@ class View:
 
     def collectives(self) -> list[Node]:
         """The outermost collectives (and waits for other ranks) below the phases."""
-        found = [node for node in self.report.nodes if is_collective(node)]
-        paths = {node.path for node in found}
-        return [
-            node
-            for node in found
-            if not any(node.path.startswith(p + "/") for p in paths if p != node.path)
-        ]
+        if self._collectives is None:
+            found = [node for node in self.report.nodes if is_collective(node)]
+            paths = {node.path for node in found}
+            self._collectives = [
+                node
+                for node in found
+                if not any(node.path.startswith(p + "/") for p in paths if p != node.path)
+            ]
+        return self._collectives
 
     def in_collectives(self) -> float:
         """Seconds per step with a collective in flight: synchronous collectives' time plus
@@ -147,7 +164,7 @@ class View:
             held = self.report.get(parent)
             union = getattr(held, "concurrent_time", None) if held is not None else None
             if union is None:  # no union recorded: the longest one, a lower bound
-                kids = [n for n in self.report.children(parent) if n.concurrent]
+                kids = [n for n in self.children(parent) if n.concurrent]
                 union = max((n.total for n in kids), default=0.0)
             total += union * self.scale
         return total
