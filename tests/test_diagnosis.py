@@ -405,3 +405,25 @@ def test_the_saved_summary_equals_the_live_one(
     assert "verdict: STALLS (warning) on (other)" in capsys.readouterr().out
     assert cli.main(["summary", str(tmp_path / "run.jsonl"), "--threshold", "bad=1"]) == 2
     assert "unknown threshold 'bad=1'" in capsys.readouterr().err
+
+
+def test_every_sink_sees_the_findings(clock: FakeClock, tmp_path: Path) -> None:
+    from instrument import html
+    from instrument.reading import read_file
+    from instrument.sinks.scalars import scalars
+
+    sink = instrument.sinks.JSONL(tmp_path / "run.jsonl")
+    reporter = instrument.Reporter(every=10, sinks=[sink], memory=False)
+    for i in range(30):
+        phases(data=0.006, forward=0.003)(clock, i)
+        reporter.step()
+    reporter.close()
+    saved = read_file(tmp_path / "run.jsonl").reports
+    assert [f.kind for f in saved[-1].findings][:1] == ["input_bound"]
+    values = scalars(saved[-1])
+    assert values["diagnosis/input_bound"] == 3.0  # critical
+    assert values["diagnosis/verdict"] == 3.0
+    assert values["diagnosis/stalls"] == 0.0
+    page = html.page_data(saved, title="t", run_name="run", rank=0)
+    assert page["verdict"]["verdict"]["kind"] == "input_bound"
+    assert "data took" in page["verdict"]["verdict"]["why"]

@@ -359,6 +359,16 @@ def test_the_page_in_chromium(
     assert requests_made(browser) == [page.as_uri()]  # the page itself, nothing else
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
 
+    # the run's verdict on top, as `instrument summary` says it
+    from instrument.diagnosis.saved import summarize
+
+    verdict = summarize([files["ranks"]]).verdict
+    assert verdict is not None
+    assert browser.find_element(By.ID, "verdict-section").is_displayed()
+    headline = browser.find_element(By.CSS_SELECTOR, "#verdict .headline").text
+    assert headline.startswith(f"{verdict.kind.replace('_', '-').upper()} ({verdict.severity})")
+    assert browser.find_element(By.CSS_SELECTOR, "#verdict .next").text == f"next: {verdict.next}"
+
     # the tree shows the run's regions
     shown = {
         g.get_attribute("data-path")
