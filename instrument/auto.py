@@ -13,6 +13,7 @@ from torch import nn
 
 from instrument import _state, clocks, config, registry, throughput
 from instrument._warn import warn_once
+from instrument.diagnosis import Thresholds
 from instrument.hooks import backward as backward_hooks
 from instrument.hooks import checkpoint as checkpoint_hooks
 from instrument.hooks import cost as hook_cost
@@ -22,7 +23,6 @@ from instrument.hooks import modules as module_hooks
 from instrument.hooks import optim as optim_hooks
 from instrument.hooks import training as training_hooks
 from instrument.regions.region import check_level
-from instrument.diagnosis import Thresholds
 from instrument.reporter import Reporter
 from instrument.sinks.console import Console
 
