@@ -7,8 +7,8 @@ artifact and never touches the network. It shows the run's verdict and findings 
 (:mod:`instrument.diagnosis`, as ``python -m instrument summary`` says them), the timing
 tree of any interval as an icicle (click to zoom), a timeline across intervals (step
 time, the top regions' self time stacked, throughput, MFU, memory), a rank-by-region
-heatmap with stragglers marked when the run gathered ``ranks="all"`` or ``"minmax"``, and with a base run the diff,
-regressions first, with their intervals.
+heatmap with stragglers marked when the run gathered ``ranks="all"`` or ``"minmax"``,
+and with a base run the diff, regressions first, with their intervals.
 
 Report fields are read defensively, so files written by older or newer versions work.
 """
