@@ -427,3 +427,43 @@ def test_every_sink_sees_the_findings(clock: FakeClock, tmp_path: Path) -> None:
     page = html.page_data(saved, title="t", run_name="run", rank=0)
     assert page["verdict"]["verdict"]["kind"] == "input_bound"
     assert "data took" in page["verdict"]["verdict"]["why"]
+
+
+KILLED = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the default action, also under nohup
+import instrument
+
+reporter = instrument.Reporter(
+    every=5, sinks=[instrument.sinks.Console(), instrument.sinks.JSONL(sys.argv[1])]
+)
+for step in range(10**6):
+    with instrument.timed("data"):
+        time.sleep(0.003)
+    with instrument.timed("forward"):
+        time.sleep(0.001)
+    instrument.step()
+    if step == 14:
+        print("ready", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_job_ended_by_sigterm_still_gets_its_summary(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-c", KILLED, str(tmp_path / "run.jsonl")]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        while child.stdout.readline() not in ("ready\n", ""):
+            pass  # the reports printed before
+        child.send_signal(signal.SIGTERM)
+        out, _ = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGTERM
+    assert "instrument run summary" in out
+    assert "verdict: INPUT-BOUND" in out.split("instrument run summary", 1)[1]
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["verdict"]["kind"] == "input_bound"
+    assert written["reports"] >= 3
