@@ -73,6 +73,7 @@ class Rows(LazyNodes):
         "bytes",
         "concurrent",
         "counts",
+        "covered",
         "device",
         "figures",
         "kept",
@@ -102,7 +103,9 @@ class Rows(LazyNodes):
             range(n) if level is None else [i for i in range(n) if links[3 * i + 2] <= level]
         )
         concurrent = set(registry.concurrent)  # (one copy: other threads may add to it)
-        sparse = (collected.device, collected.bytes, collected.adjust_ns, collected.open)
+        covered = collected.covered_ns
+        sparse = (collected.device, collected.bytes, collected.adjust_ns, collected.open, covered)
+        self.covered: dict[int, int] = {}
         if not (any(sparse) or concurrent):
             self.device, self.bytes, self.adjust, self.open, self.concurrent = (
                 {},
@@ -118,6 +121,7 @@ class Rows(LazyNodes):
         self.adjust = {rows[k]: v for k, v in collected.adjust_ns.items() if k in rows}
         self.open = {rows[k] for k in collected.open if k in rows}
         self.concurrent = {rows[k] for k in concurrent if k in rows}
+        self.covered = {rows[k]: v for k, v in covered.items() if k in rows}
 
     def __len__(self) -> int:
         return len(self.kept)
@@ -132,6 +136,9 @@ class Rows(LazyNodes):
         primaries: list[Stats] = []
         child_total: dict[int, float] = {}
         shown: set[int] = set()
+        covered = self.covered
+        spans_host: dict[int, float] = {}  # per parent: its concurrent children's totals
+        spans_primary: dict[int, float] = {}
         for i in kept:
             extra = adjust.get(i, 0) if adjust else 0
             count = counts[i]
@@ -149,6 +156,10 @@ class Rows(LazyNodes):
             parent = links[3 * i]
             if parent in shown and i not in concurrent:  # (parents come first)
                 child_total[parent] = child_total.get(parent, 0.0) + primary.total
+            elif parent in covered and i in concurrent:
+                spans_host[parent] = spans_host.get(parent, 0.0) + host.total
+                spans_primary[parent] = spans_primary.get(parent, 0.0) + primary.total
+        spans = _covered_time(covered, scale, spans_host, spans_primary) if covered else {}
         paths, modes, nbytes, is_open = self.paths, self.modes, self.bytes, self.open
         return tuple(
             Node.of(
@@ -161,9 +172,28 @@ class Rows(LazyNodes):
                 nbytes.get(i, 0),
                 i in concurrent,
                 i in is_open,
+                min(spans.get(i, 0.0), primary.total) if spans else 0.0,
             )
             for i, host, primary in zip(kept, hosts, primaries, strict=True)
         )
+
+
+def _covered_time(
+    covered: Mapping[int, int],
+    scale: Callable[[Stats], Stats],
+    spans_host: Mapping[int, float],
+    spans_primary: Mapping[int, float],
+) -> dict[int, float]:
+    """Per row, the time its concurrent children cover (host ns, overlaps counted once) in
+    the units of its ``total``: normalized, and where the children's primary time is the
+    device's, scaled by their primary / host totals (the caller clips it to ``total``)."""
+    per_second = scale(Stats.empty().with_total(1.0)).total  # (the normalizer is linear)
+    out: dict[int, float] = {}
+    for row, ns in covered.items():
+        host = spans_host.get(row, 0.0)
+        ratio = spans_primary.get(row, 0.0) / host if host > 0.0 else 1.0
+        out[row] = ns * 1e-9 * per_second * ratio
+    return out
 
 
 def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:

@@ -22,7 +22,9 @@ the flush reads the open calls from the flushing context's frame stack.
 Device (CUDA event) timings wait in ``pending`` until the flush resolves them in one pass.
 Collectives also count the bytes they moved (``add_bytes``, off the region hot path), and a
 path timed *concurrently* with its siblings — an async collective, DDP's gradient
-all-reduce — is marked so that the report does not subtract it from its parent's self time.
+all-reduce — is marked so that the report does not subtract it from its parent's self time;
+the host intervals of those calls wait in ``spans`` and the flush unites them per parent
+(how much of the parent they cover, overlaps counted once).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from instrument import _fields, clocks
+from instrument import _fields, clocks, overlap
 from instrument._native import speedups
 from instrument._warn import warn_once
 from instrument.stats import Accumulator, Summary
@@ -268,6 +270,70 @@ _pending_retired: list[tuple[PathNode, Any, Any, int]] | None = None
 _pending_retired_len = 0
 
 
+#: Ended spans that make the list unite its intervals (see :class:`_Spans`).
+SPANS_BOUND = 4096
+
+#: One ended concurrent call: (its parent's node, start ns, end ns) on the host clock.
+Interval = tuple[PathNode, int, int]
+
+
+class _Spans(list[Interval]):
+    """The intervals of concurrent calls that ended since the last flush: a list that, past
+    ``bound`` entries, unites them per parent into :data:`_united` (a union of unions is the
+    union: nothing is lost), so it stays bounded between flushes. Appended to from any
+    thread (one ``append``, atomic under the GIL); swapped out at the flush."""
+
+    bound = SPANS_BOUND
+
+    def append(self, item: Interval) -> None:
+        super().append(item)
+        if len(self) >= self.bound:
+            _unite_spans()
+
+
+#: Intervals of the concurrent calls (:class:`~instrument.regions.span.Span`) ended since
+#: the last flush or the last time the list was united.
+spans: _Spans = _Spans()
+_spans_retired: list[Interval] | None = None
+_spans_retired_len = 0
+
+#: Per parent, the union of the intervals united since the last flush.
+_united: dict[PathNode, overlap.Union] = {}
+
+
+def _swap_spans() -> list[Interval]:
+    """Take every ended span's interval, including those appended to the list swapped out
+    last time by a thread that had already read it. The caller holds ``_lock``."""
+    global spans, _spans_retired, _spans_retired_len
+    ended = spans
+    retired, seen = _spans_retired, _spans_retired_len
+    if not ended and (retired is None or len(retired) <= seen):
+        return []
+    spans = _Spans()
+    late = retired[seen:] if retired is not None and len(retired) > seen else []
+    batch = late + ended[:]
+    _spans_retired, _spans_retired_len = ended, len(batch) - len(late)
+    return batch
+
+
+def _unite(batch: list[Interval], into: dict[PathNode, overlap.Union]) -> None:
+    """Add ``batch``'s intervals to their parents' unions in ``into``."""
+    by_parent: dict[PathNode, list[tuple[int, int]]] = {}
+    for parent, start, end in batch:
+        by_parent.setdefault(parent, []).append((start, end))
+    for parent, intervals in by_parent.items():
+        union = into.get(parent)
+        if union is None:
+            union = into[parent] = overlap.Union()
+        union.add(intervals)
+
+
+def _unite_spans() -> None:
+    """Unite the ended spans' intervals per parent (the list grew past its bound)."""
+    with _lock:
+        _unite(_swap_spans(), _united)
+
+
 def _drain(node: _PyNodeBase) -> None:
     """Move ``node.buf`` (and a late tail of the buffer retired before it) into ``node.acc``.
 
@@ -345,13 +411,16 @@ class Collected:
     The rest is sparse, by node: ``device`` (device-clock durations), ``bytes`` (moved by
     collectives), ``adjust_ns`` (added to the path's total, host and device: the time inside
     this interval of its calls still open at the flush, minus the time already reported for
-    calls that were open at an earlier flush and closed in this one) and ``open`` (a call
-    of the path was still open at the flush).
+    calls that were open at an earlier flush and closed in this one), ``open`` (a call
+    of the path was still open at the flush) and ``covered_ns`` (the host time that the
+    concurrent calls below the path that ended in the interval cover, overlaps counted
+    once).
     """
 
     __slots__ = (
         "adjust_ns",
         "bytes",
+        "covered_ns",
         "device",
         "host",
         "links",
@@ -381,6 +450,7 @@ class Collected:
         self.bytes: dict[PathNode, int] = {}
         self.adjust_ns: dict[PathNode, int] = {}
         self.open: set[PathNode] = set()
+        self.covered_ns: dict[PathNode, int] = {}
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -494,13 +564,15 @@ def collect(open_now: list[OpenCall] | None = None) -> Collected:
     """Snapshot and reset every path; resolve pending device events; split the calls in
     ``open_now`` (:func:`open_calls` of the flushing context) at this flush; release the
     paths idle for :data:`idle_flushes` flushes."""
-    global _bytes, _early, _live_paths
+    global _bytes, _early, _live_paths, _united
     open_now = open_now or []
     opened = {call[0] for call in open_now} if open_now else set()
     with _lock:
         moved, _bytes = _bytes, {}
         batch = _swap_pending()
         early, _early = _early, {}
+        ended = _swap_spans()  # (before the walk: an interval here has its duration there)
+        united, _united = _united, {}
         keep = opened.union([item[0] for item in batch], early) if batch or early else opened
         limit = idle_flushes if _REFCOUNTS else sys.maxsize
         nodes, paths, modes, counts, totals, fig, lnk, regions, released = take_tree(
@@ -515,6 +587,9 @@ def collect(open_now: list[OpenCall] | None = None) -> Collected:
     collected.bytes = moved
     collected.adjust_ns = adjust
     collected.open = opened
+    if ended or united:
+        _unite(ended, united)
+        collected.covered_ns = {node: union.length() for node, union in united.items()}
     return collected
 
 
@@ -712,6 +787,7 @@ def _fold_completed() -> None:
 def clear() -> None:
     """Forget everything recorded (paths stay known)."""
     global pending, _pending_retired, _pending_retired_len, _bytes, _early
+    global spans, _spans_retired, _spans_retired_len, _united
     with _lock:
         for node in walk():
             node.clear_stats()
@@ -719,6 +795,7 @@ def clear() -> None:
         _bytes = {}
         _early = {}
         _pending_retired, _pending_retired_len = None, 0
+        spans, _spans_retired, _spans_retired_len, _united = _Spans(), None, 0, {}
         _carried.clear()
 
 

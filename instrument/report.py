@@ -174,7 +174,12 @@ class Node:
 
     ``bytes`` counts what a collective moved in the interval (never normalized), and
     ``concurrent`` marks work that overlaps its siblings (an async collective timed until
-    its ``wait()``): its time is not subtracted from the parent's ``self``. ``ranks`` holds
+    its ``wait()``): its time is not subtracted from the parent's ``self``.
+    ``concurrent_time`` is the time a node's concurrent children cover, their overlaps
+    counted once (DDP's gradient buckets overlap each other and their ``backward``), from
+    their host intervals — scaled by their primary / host totals where the primary time is
+    the device's, normalized like ``total`` and at most ``total``; 0.0 without concurrent
+    children. ``ranks`` holds
     the path's total across ranks (``Reporter(ranks="max" | "minmax" | "all")`` in a process
     group); the statistics above stay this rank's (empty where this rank never ran it).
 
@@ -196,6 +201,7 @@ class Node:
     concurrent: bool = False
     ranks: RankStats | None = None
     open: bool = False
+    concurrent_time: float = 0.0
 
     @classmethod
     def of(
@@ -209,6 +215,7 @@ class Node:
         nbytes: int,
         concurrent: bool,
         is_open: bool,
+        concurrent_time: float = 0.0,
     ) -> Node:
         """``Node(...)`` without the frozen dataclass's per-field ``__setattr__`` (the flush
         builds one per path)."""
@@ -227,6 +234,7 @@ class Node:
                 "concurrent": concurrent,
                 "ranks": None,
                 "open": is_open,
+                "concurrent_time": concurrent_time,
             },
         )
         return node
@@ -360,6 +368,7 @@ class Node:
             "device": None if self.device is None else self.device.to_dict(),
             "bytes": self.bytes,
             "concurrent": self.concurrent,
+            "concurrent_time": self.concurrent_time,
             "open": self.open,
             "ranks": None if self.ranks is None else self.ranks.to_dict(),
         }
@@ -379,6 +388,7 @@ class Node:
             concurrent=bool(data.get("concurrent", False)),
             ranks=None if data.get("ranks") is None else RankStats.from_dict(data["ranks"]),
             open=bool(data.get("open", False)),
+            concurrent_time=float(data.get("concurrent_time", 0.0)),
         )
 
 
@@ -423,7 +433,9 @@ class Report:
     flush, in bytes (see :mod:`instrument.memory` for the keys; empty when not sampled).
     With ``ranks`` other than "local" in a process group, each node's ``ranks`` and the
     ``across`` mapping (``"throughput.tokens_per_sec"``, ``"memory.device_peak_allocated"``,
-    ...) hold the values across ranks, ``group_size`` is the number of ranks combined, and
+    ..., and ``"own.<path>"``: the own time — total less waiting in collectives — of each
+    region that holds one) hold the values across ranks, ``group_size`` is the number of
+    ranks combined, and
     ``stragglers`` (on the group's first rank) names the ranks that stayed slow (at most
     64, each with its 3 slowest regions; ``stragglers_count`` says how many there are). When a
     cross-rank flush could not run (a rank missing or at another interval), the report is

@@ -14,6 +14,7 @@ from fake_cuda import FakeCuda, fake_cuda
 
 import instrument
 from instrument import clocks, config, registry
+from instrument.regions.span import Span
 from instrument.registry import ROOT
 from instrument.testing import FakeClock
 
@@ -149,3 +150,32 @@ def test_open_cuda_region_is_split_at_the_flush_on_host_time(
     assert epoch.device is not None
     assert (epoch.count, epoch.device.max) == (1, pytest.approx(0.006))
     assert epoch.device.total == pytest.approx(0.006 - 0.002)  # minus what was reported
+
+
+def test_concurrent_time_is_in_device_time_when_the_spans_have_it(
+    host: FakeClock, gpu: FakeCuda
+) -> None:
+    """The spans' union is taken on the host clock, then scaled by their device / host
+    totals: the same units as the parent's (device) total."""
+    instrument.configure(clock="cuda")
+    reporter = instrument.Reporter(every=None, memory=False)
+    with instrument.timed("backward"):
+        first = Span("ddp_all_reduce")
+        host.advance(1.0)
+        gpu.gpu.advance(0.5)
+        second = Span("ddp_all_reduce")
+        host.advance(1.0)
+        gpu.gpu.advance(0.5)
+        first.end()  # host 0..2
+        host.advance(1.0)
+        gpu.gpu.advance(0.5)
+        second.end()  # host 1..3: 3 s covered, 4 s summed, on the host
+        host.advance(1.0)
+        gpu.gpu.advance(0.5)
+    report = reporter.flush()
+    backward = report["backward"]
+    assert backward.clock == "cuda"
+    assert (backward.total, backward.host.total) == (pytest.approx(2.0), pytest.approx(4.0))
+    assert report["backward/ddp_all_reduce"].total == pytest.approx(2.0)  # device: half
+    assert backward.concurrent_time == pytest.approx(1.5)  # 3 s of host time, at 2.0 / 4.0
+    reporter.close()

@@ -187,7 +187,11 @@ def test_ranks_memory_and_values_across_ranks() -> None:
     report = Report(
         nodes=nodes,
         memory=memory,
-        across={"throughput.tokens_per_sec": rates, "memory.device_peak_allocated": peak},
+        across={
+            "throughput.tokens_per_sec": rates,
+            "memory.device_peak_allocated": peak,
+            "own.step/backward": RankStats(0.01, 0.04, 0.025, 0, 1, 2),
+        },
     )
     found = scalars(report)
     assert found["time/forward/rank_max_ms"] == pytest.approx(300.0)
@@ -206,6 +210,8 @@ def test_ranks_memory_and_values_across_ranks() -> None:
     assert found["across/throughput/tokens_per_sec/rank_argmin"] == 1.0
     assert found["across/memory/device_peak_allocated_gib/rank_max"] == 2.0
     assert found["across/memory/device_peak_allocated_gib/rank_argmax"] == 2.0
+    assert found["across/own/step/backward_ms/rank_max"] == pytest.approx(40.0)  # ms, as time/
+    assert found["across/own/step/backward_ms/rank_argmax"] == 1.0
 
 
 def test_non_finite_values_are_left_out() -> None:

@@ -11,7 +11,7 @@ import torch
 import instrument
 from instrument.distributed.agree import Verdict
 from instrument.distributed.reduce import _from_ordered, _ordered, path_hash
-from instrument.distributed.stragglers import Tracker, is_collective
+from instrument.distributed.stragglers import Tracker, is_collective, own_times
 from instrument.report import Node, RankStats, Report, Straggler
 from instrument.sinks.scalars import scalars
 from instrument.stats import Stats
@@ -47,6 +47,22 @@ def test_collectives_are_not_scored() -> None:
     assert is_collective(Node("backward/ddp_all_reduce (async)", STATS, concurrent=True))
     assert is_collective(Node("step/my_exchange", STATS, bytes=64))
     assert not is_collective(Node("step/forward", STATS))
+
+
+def test_own_time_leaves_out_synchronous_totals_and_the_async_union_once() -> None:
+    def node(path: str, total: float, **fields: object) -> Node:
+        return Node(path, Stats.empty().with_total(total), **fields)  # type: ignore[arg-type]
+
+    nodes = [
+        node("step", 10.0),
+        node("step/forward", 1.0),
+        node("step/all_reduce", 2.0),  # synchronous: its total
+        node("step/all_reduce/inner", 1.0, bytes=8),  # inside it: counted with it
+        node("step/backward", 5.0, concurrent_time=3.0),  # the buckets cover 3 s of it
+        node("step/backward/ddp_all_reduce", 6.0, concurrent=True),  # summed: 6 s
+    ]
+    assert own_times(nodes) == {"/own/step": 10.0 - 2.0 - 3.0, "/own/step/backward": 2.0}
+    assert own_times(nodes[:2]) == {}  # no collective: no own time
 
 
 @pytest.mark.parametrize(

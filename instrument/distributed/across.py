@@ -68,8 +68,8 @@ def extras(report: Report) -> dict[str, float]:
 
 
 def across_key(key: str) -> str:
-    """``"/throughput/tokens_per_sec"`` → ``"throughput.tokens_per_sec"`` (the key in
-    ``report.across``)."""
+    """``"/throughput/tokens_per_sec"`` → ``"throughput.tokens_per_sec"``, ``"/own/step/
+    backward"`` → ``"own.step/backward"`` (the key in ``report.across``)."""
     return key[1:].replace("/", ".", 1)
 
 
@@ -189,7 +189,7 @@ class CrossRank:
                     individual_score=None if score is None else score.individual,
                 )
             if key.startswith("/"):
-                if stats is not None and not key.startswith(OWN):
+                if stats is not None:
                     across[across_key(key)] = stats
                 continue
             nodes.append(dataclasses.replace(node, ranks=stats))

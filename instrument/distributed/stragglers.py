@@ -36,31 +36,39 @@ OWN = "/own/"
 
 
 def own_times(nodes: Iterable[Node]) -> dict[str, float]:
-    """``"/own/<path>"`` → the path's total less its collectives' (the outermost below it),
-    for each region that contains a collective. DDP's ``backward`` holds its gradient
-    all-reduce, which the fast ranks spend waiting for the slow one: by its total, the
-    ranks that waited longest look the slowest. Its own time, the waiting taken out, is
-    what the slowest rank and the straggler scores compare."""
+    """``"/own/<path>"`` → the path's total less its waiting, for each region that contains a
+    collective. DDP's ``backward`` holds its gradient all-reduce, which the fast ranks spend
+    waiting for the slow one: by its total, the ranks that waited longest look the slowest.
+    Its own time, the waiting taken out, is what the slowest rank and the straggler scores
+    compare. The waiting is the time the concurrent (async) collectives below the region
+    cover, their overlaps counted once (``Node.concurrent_time`` of the nodes holding them),
+    plus the totals of the synchronous ones (the outermost below it)."""
     nodes = list(nodes)
-    collectives = [node.path for node in nodes if is_collective(node)]
+    collectives = [node for node in nodes if is_collective(node)]
     if not collectives:
         return {}
+    paths = [node.path for node in collectives]
     totals = {node.path: node.total for node in nodes}
-    outermost = [
-        path for path in collectives if not any(path.startswith(c + "/") for c in collectives)
-    ]
     waited: dict[str, float] = {}
-    for path in outermost:
-        parts = path.split("/")
-        for i in range(1, len(parts)):
-            above = "/".join(parts[:i])
+    for node in collectives:
+        if any(node.path.startswith(c + "/") for c in paths):
+            continue  # inside another collective: counted with it
+        wait = 0.0 if node.concurrent else node.total  # async ones: once, by their parent
+        for above in _above(node.path):
             if above in totals:
-                waited[above] = waited.get(above, 0.0) + totals[path]
-    return {
-        OWN + path: max(totals[path] - wait, 0.0)
-        for path, wait in waited.items()
-        if not any(path == c or path.startswith(c + "/") for c in collectives)
-    }
+                waited[above] = waited.get(above, 0.0) + wait
+    for node in nodes:  # (waited holds the regions with a collective, none inside one)
+        if node.concurrent_time > 0.0 and node.path in waited:
+            for above in (node.path, *_above(node.path)):
+                if above in waited:
+                    waited[above] += node.concurrent_time
+    return {OWN + path: max(totals[path] - wait, 0.0) for path, wait in waited.items()}
+
+
+def _above(path: str) -> list[str]:
+    """The paths above ``path``, innermost last: ``"a/b/c"`` → ``["a", "a/b"]``."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 @dataclass(frozen=True)

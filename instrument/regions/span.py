@@ -12,8 +12,9 @@ class Span:
     """Work that starts here and ends elsewhere — an async collective until its ``wait()``,
     a future until its callback. It is recorded under ``name`` below the current path, but
     never enters the region stack, so regions opened meanwhile do not nest under it; its
-    path is marked *concurrent* (it overlaps its siblings). ``end()`` may run on any thread;
-    only the first call records.
+    path is marked *concurrent* (it overlaps its siblings), and its host interval is kept
+    for the flush, which unites the intervals below each parent (``Node.concurrent_time``).
+    ``end()`` may run on any thread; only the first call records.
     """
 
     __slots__ = ("_event", "_now", "_t0", "node")
@@ -45,4 +46,8 @@ class Span:
             registry.pending.append(
                 (node, self._event, clocks.record_event(), clocks.cuda.current_device())
             )
-        node.add(self._now() - self._t0)
+        t1 = self._now()
+        node.add(t1 - self._t0)
+        parent = node.parent
+        if parent is not registry.ROOT and parent is not None:
+            registry.spans.append((parent, self._t0, t1))

@@ -28,7 +28,8 @@ Tags, with ``<path>`` the region's path (``step/forward``):
   ``auto``'s hooks, and one's cost) when there were some.
 - ``across/<tag>/rank_min``, ``rank_max``, ``rank_mean``, ``rank_argmin``, ``rank_argmax``
   for each value of ``report.across``, ``<tag>`` being its own tag above
-  (``across/throughput/tokens_per_sec/rank_min``, ``across/memory/host_rss_gib/rank_max``).
+  (``across/throughput/tokens_per_sec/rank_min``, ``across/memory/host_rss_gib/rank_max``),
+  and ``across/own/<path>_ms/...`` for a region's own time (``"own.<path>"``).
 - ``diagnosis/<kind>`` for every kind of finding (``diagnosis/input_bound``...): 0 absent,
   1 info, 2 warning, 3 critical; ``diagnosis/verdict`` the same for the report's verdict;
   when the report was diagnosed.
@@ -130,6 +131,8 @@ def _across_tag(key: str) -> tuple[str, float]:
     section, _, field = key.partition(".")
     if section == "memory" and field:
         return _memory_tag(field)
+    if section == "own" and field:  # a region's own time: ms, as the time/ tags
+        return "own/" + "/".join(tag_segment(part) for part in field.split("/")) + "_ms", MS
     return "/".join(tag_segment(part) for part in key.split(".")), 1.0
 
 
