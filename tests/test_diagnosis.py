@@ -467,3 +467,26 @@ def test_a_job_ended_by_sigterm_still_gets_its_summary(tmp_path: Path) -> None:
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written["verdict"]["kind"] == "input_bound"
     assert written["reports"] >= 3
+
+
+def test_collective_wait_counts_overlapping_async_collectives_once() -> None:
+    step = instrument.report.Stats(10, 0.012, 0.012, 0.012, 0.012, 0.0, 0.012, 0.012, 0.012)
+
+    def node(path: str, total: float, **more: object) -> Node:
+        return Node(path=path, host=dataclasses.replace(step, total=total), **more)  # type: ignore[arg-type]
+
+    report = Report(
+        nodes=(
+            node("forward", 0.002),
+            node("backward", 0.009, concurrent_time=0.008),
+            node("backward/ddp_all_reduce", 0.007, concurrent=True),
+            node("backward/all_reduce (async)", 0.006, concurrent=True),
+        ),
+        steps=10,
+        step_time=step,
+        normalizer="steps",
+        step=20,
+    )
+    found = kinds(Report(findings=Diagnosis().add(report)))["collective_wait"]
+    assert found.evidence["collective_s"] == pytest.approx(0.008)  # their union, not 0.013
+    assert found.path == "backward/ddp_all_reduce"

@@ -162,9 +162,9 @@ class View:
                 total += self.seconds(node)
         for parent in async_parents:
             held = self.report.get(parent)
-            union = getattr(held, "concurrent_time", None) if held is not None else None
-            if union is None:  # no union recorded: the longest one, a lower bound
-                kids = [n for n in self.children(parent) if n.concurrent]
-                union = max((n.total for n in kids), default=0.0)
-            total += union * self.scale
+            # a top-level span has no parent to hold its union: the longest, a lower bound
+            kids = [n for n in self.children(parent) if n.concurrent]
+            longest = max((n.total for n in kids), default=0.0)
+            union = held.concurrent_time if held is not None else 0.0
+            total += max(union, longest) * self.scale
         return total
