@@ -5,6 +5,7 @@ a key whose value cannot be read on this platform is left out, nothing raises:
 
 - ``host_rss``: the process's resident set size now (Linux: ``VmRSS`` of ``/proc/self/status``,
   the same counter as the resident pages of ``/proc/self/statm``; left out elsewhere).
+- ``host_total``: the host's physical memory (``sysconf``; left out where unknown).
 - ``host_peak_rss``: the peak resident set size since the previous sample (Linux: ``VmHWM``,
   reset after reading; ``/proc/self/status`` is read only where ``getrusage`` and
   ``/proc/self/statm`` cannot show that the peak is the RSS now: :func:`_rss_at_its_peak`).
@@ -14,6 +15,7 @@ a key whose value cannot be read on this platform is left out, nothing raises:
   caching allocator on the current device, now and the interval's peak.
 - ``device_reserved`` / ``device_peak_reserved``: bytes the caching allocator holds from the
   driver (tensors plus its cache), now and the interval's peak.
+- ``device_total``: the current device's memory (its properties' ``total_memory``).
 - ``device_alloc_retries``: allocations in the interval that failed, made the allocator free
   its cached blocks and try again - a sign of fragmentation or memory pressure, and slow.
 - ``device_ooms``: out-of-memory errors the allocator raised in the interval.
@@ -44,10 +46,12 @@ logger = logging.getLogger("instrument")
 FIELDS: tuple[str, ...] = (
     "host_rss",
     "host_peak_rss",
+    "host_total",
     "device_allocated",
     "device_peak_allocated",
     "device_reserved",
     "device_peak_reserved",
+    "device_total",
     "device_alloc_retries",
     "device_ooms",
 )
@@ -125,8 +129,10 @@ def _proc_status() -> tuple[int | None, int | None]:
 
 try:
     _PAGE = os.sysconf("SC_PAGE_SIZE")
+    _HOST_TOTAL: int | None = _PAGE * os.sysconf("SC_PHYS_PAGES") or None
 except (AttributeError, ValueError, OSError):  # no sysconf (Windows)
     _PAGE = 0
+    _HOST_TOTAL = None
 
 #: ``getrusage`` of the calling thread where the platform has it (Linux): its ``ru_maxrss``
 #: is the process's, as for ``RUSAGE_SELF`` (the kernel reads both from the memory map and
@@ -192,6 +198,7 @@ class MemorySampler:
     def __init__(self) -> None:
         self._host_peak_resets = True
         self._counts: dict[int, dict[str, int]] = {}  # device -> counters at the last sample
+        self._totals: dict[int, int] = {}  # device -> its memory
         self._reset_host_peak()
         self._sample_device(warn=False)  # reset the device peaks, take the counters' baseline
 
@@ -213,6 +220,8 @@ class MemorySampler:
             peak = _lifetime_peak_rss()
         if peak is not None:
             memory["host_peak_rss"] = peak
+        if _HOST_TOTAL is not None:
+            memory["host_total"] = _HOST_TOTAL
         # A peak equal to the RSS just read is already what a reset would make it (the
         # kernel's peak is the larger of its last mark and the RSS): no write needed.
         if self._host_peak_resets and (rss is None or peak is None or peak > rss):
@@ -239,6 +248,15 @@ class MemorySampler:
         except RuntimeError:  # e.g. a broken driver: leave the device fields out
             return {}
         memory = {field: int(stats[key]) for field, key in _DEVICE_STATS if key in stats}
+        total = self._totals.get(device)
+        if total is None:
+            try:
+                total = torch.cuda.get_device_properties(device).total_memory
+            except Exception:  # a driver that cannot tell: no capacity, nothing judged on it
+                total = 0
+            self._totals[device] = total = int(total)
+        if total:
+            memory["device_total"] = total
         before = self._counts.get(device, {})
         now = {field: int(stats[key]) for field, key in _DEVICE_COUNTS if key in stats}
         for field, count in now.items():

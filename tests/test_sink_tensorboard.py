@@ -81,6 +81,7 @@ def test_every_region_and_statistic_reads_back_at_the_report_step(
         "step_time/flush_ms",
         *(f"instrument/{s}" for s in ("share", "regions", "region_ns", "flush_ms")),
         *(f"throughput/{f}" for f in ("steps_per_sec", "samples_per_sec", "tokens_per_sec")),
+        *(f"diagnosis/{kind}" for kind in (*instrument.diagnosis.KINDS, "verdict")),
     }  # no tflops / mfu: unknown without a FLOP count, so never written
     assert found["time/step/forward/mean_ms"] == [(2, pytest.approx(10.0)), (4, pytest.approx(20))]
     assert found["time/step/total_ms"] == [(2, pytest.approx(22.0)), (4, pytest.approx(42.0))]
