@@ -104,7 +104,8 @@ class Diagnosis:
     def summary(self) -> RunSummary:
         """The run so far: its verdict, every finding with when it started and how long it
         held, and the step time's trend."""
-        found = self._trends.step_trend()
+        enough = len(self._trends.step.points) >= self.thresholds.trend_reports
+        found = self._trends.step_trend() if enough else None
         trend = None
         if found is not None:
             trend = StepTrend(found.first, found.last, found.growth, found.tau, found.span)

@@ -33,8 +33,9 @@ class Seen:
 
 @dataclass(frozen=True)
 class StepTrend:
-    """The step time over the run: fitted first and last seconds per step, the relative
-    growth, Kendall's tau (how steadily), the steps it spans."""
+    """The step time over the run (given from ``trend_reports`` reports on): fitted first
+    and last seconds per step, the relative growth, Kendall's tau (how steadily), the steps
+    it spans."""
 
     first: float
     last: float
