@@ -1,0 +1,164 @@
+"""Real training runs with one problem injected each (``tests/scenarios``): the problem
+shows in the reports when it is big and not when it is small, and the diagnosis names it.
+
+One subprocess runs every single-rank scenario and one two-rank launch (gloo, DDP) runs the
+straggler scenarios, both at once, once for the module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from scenarios import figures, two_ranks
+from scenarios.training import EVERY, SINGLE, SIZES, STEPS, TWO_RANKS
+
+from instrument import cli
+
+TESTS = Path(__file__).resolve().parent
+#: Seconds each launch may take (both take 25 s on a 2-core machine running another test
+#: suite, 60 s on one running three).
+LIMIT = 150
+
+#: Every run; the healthy run has no size: its two runs are the same.
+RUNS = [(scenario, size) for scenario in (*SINGLE, *TWO_RANKS) for size in SIZES]
+
+Signal = Callable[[list[figures.Figures]], float]
+
+#: The figure that shows each problem in the raw reports (``scenarios.figures``), the
+#: least it is when the problem is big, and the most it is when it is small (or absent).
+SIGNALS: dict[str, tuple[str, float, float]] = {
+    "slow_data": ("data share", 0.6, 0.5),
+    "untimed_work": ("(other) share", 0.5, 0.4),
+    "heavy_optimizer": ("optimizer share", 0.5, 0.4),
+    "checkpoint": ("save stall", 2.5, 1.8),
+    "slowdown": ("forward growth", 0.25, 0.15),
+    "memory_leak": ("rss growth MB", 25.0, 10.0),
+    "compute_straggler": ("forward excess", 0.3, 0.25),
+    "input_straggler": ("data excess", 0.3, 0.25),
+}
+
+#: The verdict ``instrument summary`` gives each big problem: (kind, path, rank). The
+#: verdict's path is this one or a region inside it (``forward/2``: the slow module); a
+#: path of ``None`` is not checked. Every small problem, and the healthy run, has no
+#: finding of severity warning or critical.
+EXPECTED: dict[tuple[str, str], tuple[str, str | None, int | None]] = {
+    ("slow_data", "big"): ("input_bound", "data", None),
+    ("compute_straggler", "big"): ("straggler", "forward", 1),
+    ("input_straggler", "big"): ("straggler", "data", 1),
+    ("memory_leak", "big"): ("memory_creep", None, None),
+    ("untimed_work", "big"): ("residual_heavy", "(other)", None),
+    ("heavy_optimizer", "big"): ("compute_bound", "optimizer", None),
+    ("checkpoint", "big"): ("stalls", "(other)", None),
+    ("slowdown", "big"): ("slowdown", "forward", None),
+}
+
+
+def has_summary_command() -> bool:
+    """Whether ``python -m instrument summary`` exists in this checkout."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return cli.main(["summary", "--help"]) == 0
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory holding every run's JSONL files (the two launches run at once)."""
+    outdir = tmp_path_factory.mktemp("scenarios")
+    root = str(TESTS.parent)
+    paths = [root, os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [root]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}  # this checkout's instrument
+    command = [sys.executable, "-m", "scenarios.single_rank", str(outdir)]
+    log = outdir / "single_rank.log"
+    start = time.perf_counter()
+    with log.open("w") as out:
+        single = subprocess.Popen(command, cwd=TESTS, env=env, stdout=out, stderr=out)
+        try:
+            two_ranks.run(outdir, timeout=LIMIT)
+            ranks_done = time.perf_counter() - start
+            single.wait(timeout=LIMIT)
+        finally:
+            if single.poll() is None:
+                single.kill()
+                single.wait()
+    assert single.returncode == 0, log.read_text()[-3000:]
+    wall = time.perf_counter() - start
+    print(f"\nscenarios: {wall:.1f} s (two ranks: {ranks_done:.1f} s)\n{figures.table(outdir)}")
+    return outdir
+
+
+def files(outdir: Path, scenario: str, size: str) -> list[Path]:
+    """The run's JSONL files (one per rank, rank 0 first)."""
+    name = f"{scenario}-{size}"
+    single = outdir / f"{name}.jsonl"
+    return [single] if single.exists() else sorted(outdir.glob(f"{name}.rank*.jsonl"))
+
+
+def signals_of(scenario: str) -> dict[str, Signal]:
+    return figures.RANK_SIGNALS if scenario in TWO_RANKS else figures.SINGLE_SIGNALS
+
+
+@pytest.mark.timeout(2 * LIMIT + 30)
+@pytest.mark.parametrize(("scenario", "size"), RUNS)
+def test_the_problem_shows_in_the_reports_only_when_big(
+    runs: Path, scenario: str, size: str
+) -> None:
+    """A big problem's figure is clearly up, a small one's is not; the healthy run has
+    every single-rank figure where a small problem has it."""
+    run = figures.run_figures(files(runs, scenario, size)[0])
+    assert len(run) == STEPS // EVERY
+    if scenario in TWO_RANKS:
+        assert all(f.across for f in run)  # rank 0's file holds the cross-rank values
+    checked = SIGNALS.values() if scenario == "healthy" else [SIGNALS[scenario]]
+    for name, least, most in checked:
+        if name not in signals_of(scenario):
+            continue  # a two-rank figure, for the healthy single-rank run
+        value = signals_of(scenario)[name](run)
+        shown = f"{name}: {value:.3g}\n{figures.describe(scenario, run)}"
+        if size == "big" and scenario != "healthy":
+            assert value >= least, shown
+        else:
+            assert value <= most, shown
+
+
+@pytest.mark.timeout(2 * LIMIT + 30)
+@pytest.mark.parametrize(("scenario", "line"), [("compute_straggler", "forward"),
+                                                ("input_straggler", "data")])  # fmt: skip
+def test_rank_1_is_the_slowest_rank_in_its_slow_line(runs: Path, scenario: str, line: str) -> None:
+    run = figures.run_figures(files(runs, scenario, "big")[0])
+    assert [f.across[line].slowest for f in run[1:]] == [1] * (len(run) - 1)
+
+
+@pytest.mark.skipif(not has_summary_command(), reason="no `instrument summary` command yet")
+@pytest.mark.timeout(2 * LIMIT + 30)
+@pytest.mark.parametrize(("scenario", "size"), RUNS)
+def test_the_summary_names_the_problem(
+    runs: Path, scenario: str, size: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m instrument summary FILES --json`` (in this process: a subprocess per
+    run would import torch each time): the big problem is the verdict, at its path and
+    rank; a small one, or none, gives no warning."""
+    capsys.readouterr()
+    code = cli.main(["summary", *map(str, files(runs, scenario, size)), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    summary = json.loads(out)
+    verdict, found = summary["verdict"], summary["findings"]
+    expected = EXPECTED.get((scenario, size))
+    if expected is None:
+        loud = [f for f in found if f["severity"] in ("warning", "critical")]
+        assert not loud, json.dumps(summary, indent=1)
+        return
+    kind, path, rank = expected
+    assert verdict["kind"] == kind, json.dumps(summary, indent=1)
+    assert verdict["severity"] in ("warning", "critical")
+    if path is not None:
+        assert f"{verdict['path']}/".startswith(f"{path}/"), json.dumps(summary, indent=1)
+    assert verdict["rank"] == rank, json.dumps(summary, indent=1)
