@@ -67,13 +67,13 @@ def test_a_healthy_step_gets_no_warning(clock: FakeClock) -> None:
 
 
 def test_input_bound_names_data_with_its_share(clock: FakeClock) -> None:
-    reports = run(clock, phases(data=0.006, forward=0.003))
+    reports = run(clock, phases(data=0.012, forward=0.003))
     verdict = reports[-1].verdict
     assert verdict is not None
     assert (verdict.kind, verdict.severity, verdict.path) == ("input_bound", "critical", "data")
-    assert "data took 57 % of the step" in verdict.why
+    assert "data took 73 % of the step" in verdict.why
     assert "num_workers" in verdict.next
-    assert verdict.evidence["share"] == pytest.approx(0.006 / 0.0105)
+    assert verdict.evidence["share"] == pytest.approx(0.012 / 0.0165)
 
 
 def test_input_below_threshold_is_no_finding(clock: FakeClock) -> None:
@@ -169,7 +169,7 @@ def test_the_first_interval_is_warm_up_not_a_stall(clock: FakeClock) -> None:
 
 def test_a_forward_that_grows_is_a_slowdown_naming_it(clock: FakeClock) -> None:
     def step(clock: FakeClock, i: int) -> None:
-        phases(forward=0.003 + 0.0001 * i)(clock, i)
+        phases(forward=0.003 + 0.0002 * i)(clock, i)
 
     reports = run(clock, step, steps=80)
     found = kinds(reports[-1]).get("slowdown")
@@ -233,12 +233,12 @@ def test_a_missing_data_line_is_said_not_guessed(clock: FakeClock) -> None:
 
 def test_a_finding_does_not_flap_around_its_threshold(clock: FakeClock) -> None:
     def step(clock: FakeClock, i: int) -> None:
-        share = 0.27 if (i // 10) % 2 == 0 else 0.22  # 27 %, 22 %, 27 %, ... of the step
+        share = 0.53 if (i // 10) % 2 == 0 else 0.45  # 53 %, 45 %, 53 %, ... of the step
         phases(data=0.01 * share, forward=0.01 * (1 - share), optimizer=0.0, other=0.0)(clock, i)
 
     held = ["input_bound" in kinds(r) for r in run(clock, step)]
     assert held == [True] * 6
-    first = run(clock, phases(data=0.0027, forward=0.0073, optimizer=0.0, other=0.0), steps=10)
+    first = run(clock, phases(data=0.0053, forward=0.0047, optimizer=0.0, other=0.0), steps=10)
     assert "input_bound" in kinds(first[-1])
     assert [kinds(r)["input_bound"].since_step for r in run(clock, step)] == [0] * 6
 
@@ -274,7 +274,7 @@ def test_straggler_names_culprit_phase_and_victim() -> None:
         ranks="minmax",
     )
     found = kinds(Report(findings=Diagnosis().add(report)))["straggler"]
-    assert (found.rank, found.path, found.severity) == (1, "forward", "critical")
+    assert (found.rank, found.path, found.severity) == (1, "forward", "warning")
     assert found.evidence["waiting_rank"] == 0
     assert found.evidence["waiting_in"] == "backward/ddp_all_reduce"
     assert found.evidence["excess_s"] == pytest.approx(0.014)
@@ -314,7 +314,7 @@ def test_thresholds_are_checked_and_parsed() -> None:
     with pytest.raises(ValueError, match="hysteresis must be in"):
         Thresholds(hysteresis=0)
     relaxed = Thresholds().relaxed()
-    assert relaxed.input_share == pytest.approx(0.2)
+    assert relaxed.input_share == pytest.approx(0.4)
     assert relaxed.stall_ratio == pytest.approx(1 + 4 * 0.8)
     with pytest.raises(ValueError, match="diagnose must be True, False or a Thresholds"):
         instrument.Reporter(diagnose="yes")  # type: ignore[arg-type]
@@ -323,7 +323,7 @@ def test_thresholds_are_checked_and_parsed() -> None:
 def test_thresholds_override_the_rules(clock: FakeClock) -> None:
     reports = run(
         clock,
-        phases(data=0.003, forward=0.004),
+        phases(data=0.007, forward=0.004),
         diagnose=Thresholds(input_share=0.6, input_critical=0.9),
     )
     assert all("input_bound" not in kinds(r) for r in reports)
@@ -371,7 +371,7 @@ def test_console_puts_the_verdict_first_and_the_summary_at_close(clock: FakeCloc
     out = io.StringIO()
     reporter = instrument.Reporter(every=10, sinks=[instrument.sinks.Console(out)], memory=False)
     for i in range(30):
-        phases(data=0.006, forward=0.003)(clock, i)
+        phases(data=0.012, forward=0.003)(clock, i)
         reporter.step()
     reporter.close()
     text = out.getvalue().splitlines()
@@ -415,7 +415,7 @@ def test_every_sink_sees_the_findings(clock: FakeClock, tmp_path: Path) -> None:
     sink = instrument.sinks.JSONL(tmp_path / "run.jsonl")
     reporter = instrument.Reporter(every=10, sinks=[sink], memory=False)
     for i in range(30):
-        phases(data=0.006, forward=0.003)(clock, i)
+        phases(data=0.012, forward=0.003)(clock, i)
         reporter.step()
     reporter.close()
     saved = read_file(tmp_path / "run.jsonl").reports
@@ -478,7 +478,7 @@ def test_collective_wait_counts_overlapping_async_collectives_once() -> None:
     report = Report(
         nodes=(
             node("forward", 0.002),
-            node("backward", 0.009, concurrent_time=0.008),
+            node("backward", 0.0095, concurrent_time=0.009),
             node("backward/ddp_all_reduce", 0.007, concurrent=True),
             node("backward/all_reduce (async)", 0.006, concurrent=True),
         ),
@@ -488,5 +488,17 @@ def test_collective_wait_counts_overlapping_async_collectives_once() -> None:
         step=20,
     )
     found = kinds(Report(findings=Diagnosis().add(report)))["collective_wait"]
-    assert found.evidence["collective_s"] == pytest.approx(0.008)  # their union, not 0.013
+    assert found.evidence["collective_s"] == pytest.approx(0.009)  # their union, not 0.013
     assert found.path == "backward/ddp_all_reduce"
+
+
+def test_a_whole_step_that_slows_alike_is_only_info(clock: FakeClock) -> None:
+    def step(clock: FakeClock, i: int) -> None:
+        k = 1 + 0.02 * i  # every region 2 % slower each step: the machine, not a region
+        phases(data=0.001 * k, forward=0.004 * k, optimizer=0.001 * k, other=0.0005 * k)(clock, i)
+
+    found = kinds(run(clock, step, steps=80)[-1]).get("slowdown")
+    assert found is not None
+    assert (found.severity, found.path) == ("info", None)
+    assert "every region slowed alike" in found.why
+    assert "the machine" in found.next

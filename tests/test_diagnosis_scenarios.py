@@ -7,8 +7,6 @@ straggler scenarios, both at once, once for the module.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -62,12 +60,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str | None, int | None]] = {
 }
 
 
-def has_summary_command() -> bool:
-    """Whether ``python -m instrument summary`` exists in this checkout."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return cli.main(["summary", "--help"]) == 0
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory holding every run's JSONL files (the two launches run at once)."""
@@ -96,9 +88,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def files(outdir: Path, scenario: str, size: str) -> list[Path]:
     """The run's JSONL files (one per rank, rank 0 first)."""
-    name = f"{scenario}-{size}"
-    single = outdir / f"{name}.jsonl"
-    return [single] if single.exists() else sorted(outdir.glob(f"{name}.rank*.jsonl"))
+    folder = outdir / f"{scenario}-{size}"
+    single = folder / "run.jsonl"
+    return [single] if single.exists() else sorted(folder.glob("run.rank*.jsonl"))
 
 
 def signals_of(scenario: str) -> dict[str, Signal]:
@@ -136,7 +128,6 @@ def test_rank_1_is_the_slowest_rank_in_its_slow_line(runs: Path, scenario: str, 
     assert [f.across[line].slowest for f in run[1:]] == [1] * (len(run) - 1)
 
 
-@pytest.mark.skipif(not has_summary_command(), reason="no `instrument summary` command yet")
 @pytest.mark.timeout(2 * LIMIT + 30)
 @pytest.mark.parametrize(("scenario", "size"), RUNS)
 def test_the_summary_names_the_problem(
@@ -162,3 +153,18 @@ def test_the_summary_names_the_problem(
     if path is not None:
         assert f"{verdict['path']}/".startswith(f"{path}/"), json.dumps(summary, indent=1)
     assert verdict["rank"] == rank, json.dumps(summary, indent=1)
+
+
+@pytest.mark.timeout(2 * LIMIT + 30)
+@pytest.mark.parametrize("scenario", ["checkpoint", "slowdown", "input_straggler"])
+def test_the_saved_summary_equals_the_live_ones(
+    runs: Path, scenario: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each rank's reporter wrote its summary at the end of the run (``summary.json`` beside
+    its JSONL file): ``instrument summary`` of that rank's file computes the same."""
+    for path in files(runs, scenario, "big"):
+        rank = path.suffixes[0].removeprefix(".rank") if len(path.suffixes) > 1 else None
+        live = path.parent / ("summary.json" if rank is None else f"summary.rank{rank}.json")
+        capsys.readouterr()
+        assert cli.main(["summary", str(path), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == json.loads(live.read_text())

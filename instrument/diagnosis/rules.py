@@ -60,7 +60,7 @@ def input_bound(v: View, t: Thresholds) -> Finding | None:
     if data is None or not v.has_steps:
         return None
     seconds, how = v.typical(data)
-    share = v.share(seconds)
+    share = v.share_of(data, seconds)
     severity = _severity(share, t.input_share, t.input_critical)
     if severity is None:
         return None
@@ -98,7 +98,7 @@ def compute_bound(v: View, t: Thresholds) -> Finding | None:
     phase = max((n for n in v.phases if n is not data), key=lambda n: n.total, default=None)
     if phase is None:
         return None
-    share = v.share(v.seconds(phase))
+    share = v.share_of(phase, v.seconds(phase))
     update = phase.name in UPDATE_PHASES
     if update and share >= t.optimizer_share:
         severity = "warning"
@@ -142,7 +142,7 @@ def residual_heavy(v: View, t: Thresholds) -> Finding | None:
     """Much of the step is in no region."""
     if not v.has_steps:
         return None
-    share = v.share(v.other)
+    share = v.other_share()
     severity = _severity(share, t.residual_share, t.residual_critical)
     if severity is None:
         return None

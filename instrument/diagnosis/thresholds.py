@@ -22,25 +22,25 @@ class Thresholds:
     """
 
     #: ``data`` at least this share of the step (lowest over ranks): input_bound, warning.
-    input_share: float = 0.25
+    input_share: float = 0.5
     #: ... at least this share: critical.
-    input_critical: float = 0.5
+    input_critical: float = 0.7
     #: The largest phase at least this share: compute_bound (info).
     compute_share: float = 0.5
     #: ``optimizer`` or ``zero_grad`` at least this share: compute_bound, warning.
     optimizer_share: float = 0.35
     #: ``(other)`` at least this share: residual_heavy, warning.
-    residual_share: float = 0.3
+    residual_share: float = 0.4
     #: ... at least this share: critical.
-    residual_critical: float = 0.6
+    residual_critical: float = 0.7
     #: Time with a collective in flight (async overlap counted once) at least this share:
     #: collective_wait, warning.
-    collective_share: float = 0.5
+    collective_share: float = 0.7
     #: A phase's own time on its slowest rank over its fastest rank's, at least this share
     #: of the step ...
-    straggler_excess: float = 0.1
+    straggler_excess: float = 0.2
     #: ... and at least this ratio: straggler, warning (critical from 3x the excess).
-    straggler_ratio: float = 1.25
+    straggler_ratio: float = 1.5
     #: A step at least this many times the median step ...
     stall_ratio: float = 5.0
     #: ... and at least this much longer (seconds) ...
@@ -51,8 +51,14 @@ class Thresholds:
     trend_reports: int = 4
     #: How steadily a trend must move: Kendall's tau of the series at least this.
     trend_tau: float = 0.6
-    #: Step time grown by at least this fraction over the run: slowdown, warning.
+    #: Step time grown by at least this fraction over the run: slowdown (a warning when one
+    #: region's share of the step grew steadily by ``slowdown_share``, else info: the whole
+    #: step slowed alike).
     slowdown_growth: float = 0.25
+    #: ... the growth of that region's share of the step ...
+    slowdown_share: float = 0.1
+    #: ... with Kendall's tau of its share at least this.
+    slowdown_tau: float = 0.8
     #: Memory grown at least this many bytes over the run ...
     memory_growth: int = 32 * MIB
     #: ... with Kendall's tau at least this: memory_creep, warning.
@@ -114,4 +120,4 @@ class Thresholds:
 
 
 _RATIOS = frozenset({"straggler_ratio", "stall_ratio"})
-_KEPT = frozenset({"trend_reports", "trend_tau", "memory_tau", "hysteresis"})
+_KEPT = frozenset({"trend_reports", "trend_tau", "slowdown_tau", "memory_tau", "hysteresis"})

@@ -135,13 +135,13 @@ class Trends:
                 if len(self.regions) >= PATHS or v.share(seconds) < FOLLOWED_SHARE:
                     continue
                 series = self.regions[node.path] = Series()
-            series.add(x, seconds)
+            series.add(x, v.share(seconds))  # shares: a loaded machine moves them little
             seen.add(node.path)
         other = self.regions.get(v.other_path)
         if other is None and v.share(v.other) >= FOLLOWED_SHARE and len(self.regions) < PATHS:
             other = self.regions[v.other_path] = Series()
         if other is not None:
-            other.add(x, v.other)
+            other.add(x, v.share(v.other))
             seen.add(v.other_path)
         for path, series in self.regions.items():
             if path not in seen:
@@ -159,17 +159,19 @@ class Trends:
         found = trend(points, t.trend_tau)
         if found is None or found.growth < t.slowdown_growth:
             return None
-        grown = found.last - found.first
         where, where_trend = None, None
-        for path, series in self.regions.items():
+        for path, series in self.regions.items():  # the deepest whose share grew steadily
             if len(series.points) < t.trend_reports:
                 continue
-            region = trend(series.points, t.trend_tau)
-            if region is None or region.last - region.first < 0.5 * grown:
+            region = trend(series.points, t.slowdown_tau)
+            if region is None or region.last - region.first < t.slowdown_share:
                 continue
             if where is None or path.count("/") > where.count("/"):
                 where, where_trend = path, region
-        severity = "critical" if found.growth >= 1.0 else "warning"
+        share_growth = 0.0 if where_trend is None else where_trend.last - where_trend.first
+        severity = "info"  # without such a region every one slowed alike: the machine
+        if where is not None:
+            severity = "critical" if found.growth >= 1.0 else "warning"
         why = (
             f"the step grew from {ms(found.first)} to {ms(found.last)} (+{pct(found.growth)}) "
             f"over {found.span:.0f} steps, steadily (tau {found.tau:.2f})"
@@ -182,19 +184,24 @@ class Trends:
             "steps": found.span,
         }
         if where is not None and where_trend is not None:
-            why += f"; {where} grew from {ms(where_trend.first)} to {ms(where_trend.last)}"
-            evidence.update(region=where, region_first_s=where_trend.first)
-            evidence.update(region_last_s=where_trend.last)
-        return Finding(
-            "slowdown",
-            severity,
-            why,
-            f"look at what accumulates in {where or 'the step'} as the run goes on: a growing "
-            "list or cache, a growing input (sequence length), recompilation, thermal "
-            "throttling",
-            path=where,
-            evidence=evidence,
-        )
+            why += (
+                f"; {where} grew from {pct(where_trend.first)} to {pct(where_trend.last)} "
+                f"of the step ({ms(where_trend.first * found.first)} to "
+                f"{ms(where_trend.last * found.last)})"
+            )
+            evidence.update(region=where, region_first_share=where_trend.first)
+            evidence.update(region_last_share=where_trend.last, share_growth=share_growth)
+            hint = (
+                f"look at what accumulates in {where} as the run goes on: a growing list or "
+                "cache, a growing input (sequence length), recompilation"
+            )
+        else:
+            why += "; every region slowed alike"
+            hint = (
+                "the whole step slowed, not one region: look at the machine (thermal "
+                "throttling, other processes on its cores, swapping)"
+            )
+        return Finding("slowdown", severity, why, hint, path=where, evidence=evidence)
 
     def memory_creep(self, t: Thresholds, seconds_per_step: float) -> Finding | None:
         """Memory growing steadily over the run: bytes per step and, where the capacity is

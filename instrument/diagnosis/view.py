@@ -119,6 +119,27 @@ class View:
                 by_name.setdefault(node.name, node)
         return by_name.get(name)
 
+    def usual(self, node: Node) -> float:
+        """``node``'s share of a usual step: its median call times its calls per step over
+        the median step — what a few slow steps (a stall, a hiccup of the machine) do not
+        move, unlike the mean."""
+        step = self.report.step_time
+        if step is None or step.p50 <= 0 or not self.steps or not node.count:
+            return 0.0
+        return node.p50 * node.count / self.steps / step.p50
+
+    def share_of(self, node: Node, seconds: float) -> float:
+        """The smaller of ``seconds`` (per step, the mean) and ``node``'s usual share: a
+        share counts only when both the mean step and the usual one show it."""
+        return min(self.share(seconds), self.usual(node))
+
+    def other_share(self) -> float:
+        """The smaller of the mean and the usual share of the step in no region."""
+        mean = self.share(self.other)
+        if self.covering is not None:
+            return min(mean, self.usual(self.covering) - sum(map(self.usual, self.phases)))
+        return min(mean, max(1.0 - sum(map(self.usual, self.phases)), 0.0))
+
     def typical(self, node: Node) -> tuple[float, str]:
         """``node``'s time per step for "every rank" judgements: the median or the lowest
         over the ranks when gathered (so one slow rank does not make them all look so), and

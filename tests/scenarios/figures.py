@@ -166,10 +166,10 @@ def describe(name: str, run: list[Figures]) -> str:
 def table(outdir: Path) -> str:
     """The rows of every run in ``outdir`` (rank 0's file of a multi-rank run)."""
     rows = [f"{'run':24}" + " ".join(f"{line[:5]:>5}" for line in LINES)]
-    for path in sorted(outdir.glob("*.jsonl")):
+    for path in sorted(outdir.glob("*/*.jsonl")):
         if ".rank" in path.name and not path.name.endswith(".rank0.jsonl"):
             continue
-        rows.append(describe(path.name.split(".")[0], run_figures(path)))
+        rows.append(describe(path.parent.name, run_figures(path)))
     return "\n".join(rows)
 
 

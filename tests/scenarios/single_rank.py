@@ -1,6 +1,6 @@
 """Run every single-rank scenario at both sizes, one after the other, in this process.
 
-``python -m scenarios.single_rank OUTDIR`` writes ``OUTDIR/<scenario>-<size>.jsonl``. The
+``python -m scenarios.single_rank OUTDIR`` writes ``OUTDIR/<scenario>-<size>/run.jsonl``. The
 memory leak runs last, so that what it held cannot show in another run's memory; the
 healthy run has no size: both of its runs are the same, two samples of its noise.
 """
@@ -21,7 +21,7 @@ def main(outdir: Path) -> None:
     outdir.mkdir(parents=True, exist_ok=True)
     for scenario, pair in SINGLE.items():
         for size, spec in zip(SIZES[::-1], pair[::-1], strict=True):  # small first
-            train(spec, outdir / f"{scenario}-{size}.jsonl")
+            train(spec, outdir / f"{scenario}-{size}" / "run.jsonl")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Run the two-rank scenarios (gloo, DDP) at both sizes.
 
 ``worker`` is one rank's part, for ``distributed_helpers.run_ranks``; each rank writes
-``OUTDIR/<scenario>-<size>.rank<R>.jsonl``. By hand: ``python -m scenarios.two_ranks OUTDIR``.
+``OUTDIR/<scenario>-<size>/run.rank<R>.jsonl``. By hand: ``python -m scenarios.two_ranks OUTDIR``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def worker(rank: int, world_size: int, outdir: str) -> None:
     torch.set_num_threads(1)
     for scenario, pair in TWO_RANKS.items():
         for size, spec in zip(SIZES, pair, strict=True):
-            train(spec, Path(outdir) / f"{scenario}-{size}.jsonl", rank, distributed=True)
+            train(spec, Path(outdir) / f"{scenario}-{size}" / "run.jsonl", rank, distributed=True)
 
 
 def run(outdir: Path, timeout: float) -> None:
