@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -502,3 +503,11 @@ def test_a_whole_step_that_slows_alike_is_only_info(clock: FakeClock) -> None:
     assert (found.severity, found.path) == ("info", None)
     assert "every region slowed alike" in found.why
     assert "the machine" in found.next
+
+
+def test_the_thresholds_table_of_the_docs_is_the_code() -> None:
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "diagnosis.md").read_text()
+    table = docs[docs.index("| threshold | default |") :].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([\d.]+) \|", table, re.M))
+    defaults = {f.name: getattr(Thresholds(), f.name) for f in dataclasses.fields(Thresholds)}
+    assert {name: float(value) for name, value in rows.items()} == defaults
