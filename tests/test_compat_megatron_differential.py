@@ -126,6 +126,7 @@ def differential_worker(rank: int, world_size: int, seeds: list[int]) -> list[An
     return results
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(180)
 def test_timers_behave_like_megatrons_on_two_ranks() -> None:
     for rank_results in run_ranks(differential_worker, 2, list(range(40)), timeout=150):

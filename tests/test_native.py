@@ -89,6 +89,7 @@ def test_registry_nodes_use_the_c_path_when_built() -> None:
     assert isinstance(registry.ROOT, speedups.NodeBase)
 
 
+@pytest.mark.slow  # the core suite again, in a subprocess
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(
     speedups is None or os.environ.get("INSTRUMENT_NO_EXTENSIONS") == "1",
