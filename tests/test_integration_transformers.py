@@ -399,6 +399,7 @@ def test_bad_options_are_refused() -> None:
         InstrumentCallback(optimizer=None)
 
 
+@pytest.mark.slow  # a subprocess
 def test_core_import_pulls_in_no_trainer_library() -> None:
     code = (
         "import sys, instrument, instrument.integrations; "

@@ -249,9 +249,8 @@ def test_a_shell_sees_128_plus_the_signal() -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(
-    "mode", [pytest.param("before-exit", marks=pytest.mark.slow), "after-exit"]
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["before-exit", "after-exit"])
 def test_a_user_handler_runs_and_its_exit_delivers_the_last_interval(mode: str) -> None:
     status, out = _signalled(mode, "SIGTERM")
     assert status == 7

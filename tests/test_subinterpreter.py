@@ -90,6 +90,7 @@ def _run(sub: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_the_extension_refuses_a_sub_interpreter_and_main_keeps_recording() -> None:
     assert speedups is not None
     out = _run(LOAD_AND_BIND.format(path=speedups.__file__))
