@@ -107,8 +107,9 @@ def test_core_suite_passes_on_the_pure_python_path() -> None:
         "tests/test_auto.py",
         "tests/test_stepcounter.py",
     ]
+    both_tiers = ["-m", "slow or not slow"]
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *both_tiers, *tests],
         cwd=ROOT,
         env=env,
         capture_output=True,
