@@ -100,7 +100,6 @@ def _alone(report: instrument.Report, own_forward: float) -> None:
     assert report["train/forward"].total == pytest.approx(own_forward)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_missing_and_extra_flushes_are_named_never_mixed_and_recover() -> None:
     first, second = run_ranks(out_of_step_worker, 2, timeout=130)
@@ -207,6 +206,7 @@ def extra_flush_worker(rank: int, world_size: int) -> list[tuple[int, int, str, 
     return [(r.step - r.steps, r.step, r.across_note, r["work"].ranks is not None) for r in reports]
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(120)
 def test_ranks_out_of_step_after_an_extra_flush_meet_again_at_the_next_multiple() -> None:
     """An extra flush on one rank no longer shifts its reports for good: both report at
@@ -254,6 +254,7 @@ def uneven_close_worker(rank: int, world_size: int, delay: float) -> dict[str, A
     }
 
 
+@pytest.mark.slow  # two ranks, twice
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("delay", [0.0, 0.5])
 def test_a_rank_that_closed_is_not_waited_for(delay: float) -> None:
@@ -284,6 +285,7 @@ for _ in range(4 if rank == 0 else 6):
 """
 
 
+@pytest.mark.slow  # two ranks under torchrun
 @pytest.mark.timeout(120)
 def test_a_rank_that_ended_at_interpreter_exit_is_not_waited_for(tmp_path: Path) -> None:
     """Under torchrun (the agent holds the store), rank 0 runs 4 steps and just ends; rank

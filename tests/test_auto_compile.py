@@ -209,7 +209,11 @@ def test_a_compiled_optimizer_step_is_timed_and_ends_the_iteration() -> None:
     assert sink.reports[1]["optimizer"].total > 0
 
 
-@pytest.mark.parametrize("inlined", [False, True], ids=["loss.backward", "autograd.backward"])
+@pytest.mark.parametrize(
+    "inlined",
+    [False, pytest.param(True, marks=pytest.mark.slow)],
+    ids=["loss.backward", "autograd.backward"],
+)
 def test_a_compiled_train_step_times_backward_and_the_optimizer(inlined: bool) -> None:
     """``loss.backward()`` inside a compiled function runs between its graphs: Dynamo
     compiled the backward wrapper itself (and warned it cannot trace instrument's C call),
@@ -246,6 +250,7 @@ def test_a_compiled_train_step_times_backward_and_the_optimizer(inlined: bool) -
     assert report["backward"].total > 0
 
 
+@pytest.mark.slow  # compiles in a subprocess
 def test_first_compilation_after_auto_leaves_no_warning_at_remove(tmp_path: Path) -> None:
     """Dynamo wraps ``nn.Module.__setstate__`` at the first compilation of a process; when
     that came after auto(), remove() warned that someone replaced instrument's patch."""
@@ -279,6 +284,7 @@ def test_first_compilation_after_auto_leaves_no_warning_at_remove(tmp_path: Path
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_per_module_backward_hooks_come_off_a_module_compiled_after_auto() -> None:
     """``backward="modules"`` puts full backward hooks on every module; Dynamo breaks the
     graph at each ("Module-level backwards hooks require compiled autograd") and, at its

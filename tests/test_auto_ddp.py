@@ -13,6 +13,7 @@ from models import TinyLM, lm_loss
 from torch import nn
 
 import instrument
+from instrument.testing import reset
 
 
 def _train_ddp(instrumented: bool, rank: int) -> tuple[list[torch.Tensor], dict[str, Any] | None]:
@@ -45,8 +46,8 @@ def ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(150)
-def test_ddp_model_names_and_gradient_all_reduce() -> None:
-    results = run_ranks(ddp_worker, 2, timeout=120)
+def test_ddp_model_names_and_gradient_all_reduce(two: list[dict[str, Any]]) -> None:
+    results = [r["ddp"] for r in two]
     for result in results:
         assert result["same_as_plain"]
         assert result["restored"]
@@ -99,13 +100,14 @@ def slow_forward_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(150)
-def test_a_slow_forward_is_named_not_the_ranks_that_wait_for_it_in_backward() -> None:
+def test_a_slow_forward_is_named_not_the_ranks_that_wait_for_it_in_backward(
+    two: list[dict[str, Any]],
+) -> None:
     """Rank 1 sleeps 30 ms in forward and 5 ms in backward; rank 0 then waits for it in
     DDP's gradient all-reduce, inside its backward. By total, rank 0's backward is the
     slowest; the waiting taken out, rank 1's is, and only rank 1 is named a straggler
     (rank 0 was, in backward)."""
-    first, _ = run_ranks(slow_forward_worker, 2, timeout=120)
-    reports = [instrument.Report.from_dict(r) for r in first]
+    reports = [instrument.Report.from_dict(r) for r in two[0]["slow_forward"]]
     assert len(reports) == 3
     last = reports[-1]
     backward = last["backward"].ranks
@@ -132,6 +134,7 @@ def compiled_ddp_worker(rank: int, world_size: int) -> dict[str, Any]:
         return handle.reporter.flush().to_dict()
 
 
+@pytest.mark.slow  # compiles on both ranks
 @pytest.mark.timeout(150)
 def test_a_compiled_ddp_model_keeps_its_gradient_all_reduce_line() -> None:
     """``auto(torch.compile(DDP(model)))``: the comm hook went only on a DDP given directly,
@@ -161,12 +164,31 @@ def inner_model_worker(rank: int, world_size: int) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(150)
-def test_auto_on_the_model_a_ddp_holds_finds_that_ddp() -> None:
+def test_auto_on_the_model_a_ddp_holds_finds_that_ddp(two: list[dict[str, Any]]) -> None:
     """``ddp = DDP(model)``, ``auto(model)``, training through ``ddp``: the comm hook went
     only on a DDP given to auto, so the gradient all-reduce hid in ``backward``."""
-    for result in run_ranks(inner_model_worker, 2, timeout=120):
+    for result in (r["inner_model"] for r in two):
         report = instrument.Report.from_dict(result["report"])
         assert report["forward"].count == 2
         grads = report["backward/ddp_all_reduce"]
         assert grads.bytes == 2 * 4 * sum(p.numel() for p in TinyLM().parameters())
         assert result["pre_hooks"] == 0  # the look-up hook took itself off
+
+
+def two_rank_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Each uncompiled case in turn on one pair of processes."""
+    results: dict[str, Any] = {}
+    for name, worker in (
+        ("ddp", ddp_worker),
+        ("inner_model", inner_model_worker),
+        ("slow_forward", slow_forward_worker),
+    ):
+        reset()
+        results[name] = worker(rank, world_size)
+    return results
+
+
+@pytest.fixture(scope="module")
+def two() -> list[dict[str, Any]]:
+    """What each rank's cases returned: one spawn for the module, not one a test."""
+    return run_ranks(two_rank_worker, 2, timeout=120)

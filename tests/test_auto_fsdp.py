@@ -41,6 +41,7 @@ def fsdp_worker(rank: int, world_size: int) -> dict[str, Any]:
     return {"fsdp2": fsdp2.to_dict(), "fsdp1": fsdp1.to_dict()}
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(150)
 def test_fsdp_models_keep_their_names() -> None:
     for result in run_ranks(fsdp_worker, 2, timeout=120):

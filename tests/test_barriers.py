@@ -10,6 +10,7 @@ import pytest
 from distributed_helpers import run_ranks
 
 import instrument
+from instrument.testing import reset
 
 
 def region_barrier_worker(rank: int, world_size: int) -> dict[str, Any]:
@@ -22,8 +23,8 @@ def region_barrier_worker(rank: int, world_size: int) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(120)
-def test_barrier_wait_is_a_child_outside_the_region() -> None:
-    first, second = (instrument.Report.from_dict(r) for r in run_ranks(region_barrier_worker, 2))
+def test_barrier_wait_is_a_child_outside_the_region(ranks: list[dict[str, Any]]) -> None:
+    first, second = (instrument.Report.from_dict(r["region"]) for r in ranks)
     waited = first["step/barrier"]
     assert waited.concurrent
     assert waited.total >= 0.3  # rank 0 waited for rank 1
@@ -44,8 +45,10 @@ def missing_rank_worker(rank: int, world_size: int) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(120)
-def test_a_rank_that_never_arrives_times_out_instead_of_hanging() -> None:
-    first, _ = run_ranks(missing_rank_worker, 2, timeout=60)
+def test_a_rank_that_never_arrives_times_out_instead_of_hanging(
+    ranks: list[dict[str, Any]],
+) -> None:
+    first = ranks[0]["missing"]
     report = instrument.Report.from_dict(first["report"])
     assert report["step"].count == 1  # the region ran after the timeout
     assert 1.5 <= report["step/barrier"].total < 10
@@ -64,8 +67,28 @@ def flush_barrier_worker(rank: int, world_size: int) -> list[str]:
 
 
 @pytest.mark.timeout(120)
-def test_reporter_barrier_before_flush() -> None:
-    assert run_ranks(flush_barrier_worker, 2) == [["work"], ["work"]]
+def test_reporter_barrier_before_flush(ranks: list[dict[str, Any]]) -> None:
+    assert [r["flush"] for r in ranks] == [["work"], ["work"]]
+
+
+def every_case_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """The three cases on one pair of processes, the missing rank last: its rank 1 never
+    reaches that barrier, so no barrier of the group may follow it."""
+    results: dict[str, Any] = {}
+    for name, worker in (
+        ("region", region_barrier_worker),
+        ("flush", flush_barrier_worker),
+        ("missing", missing_rank_worker),
+    ):
+        reset()
+        results[name] = worker(rank, world_size)
+    return results
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[dict[str, Any]]:
+    """What each rank's three cases returned: one spawn for the module, not one a test."""
+    return run_ranks(every_case_worker, 2, timeout=90)
 
 
 def test_barrier_region_without_a_group_just_times() -> None:

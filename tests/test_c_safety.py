@@ -79,6 +79,7 @@ def _kind(outcome: str) -> str:
     return "ok" if outcome.startswith("ok: ") else outcome.split(":", 1)[0]
 
 
+@pytest.mark.slow  # two subprocesses: the C path and pure Python
 @pytest.mark.timeout(300)
 def test_deleting_a_field_is_refused_and_the_region_still_works() -> None:
     for results in _probes("fields"):
@@ -95,6 +96,7 @@ def _unqualified(said: str) -> str:
     return re.sub(r"'(?:\w+\.)+(\w+)' object", r"'\1' object", said)
 
 
+@pytest.mark.slow  # two subprocesses: the C path and pure Python
 @pytest.mark.timeout(300)
 def test_field_rules_are_the_same_on_both_paths() -> None:
     c, pure = _probes("fields")
@@ -110,6 +112,7 @@ def test_field_rules_are_the_same_on_both_paths() -> None:
     assert c["region.clock = 5"] == "ok: None"  # a clock is checked by timed(), not here
 
 
+@pytest.mark.slow  # two subprocesses: the C path and pure Python
 @pytest.mark.timeout(300)
 def test_the_call_wrapper_takes_args_and_kwargs_as_a_call_would() -> None:
     c, pure = _probes("wrapper")
@@ -124,6 +127,7 @@ def test_the_call_wrapper_takes_args_and_kwargs_as_a_call_would() -> None:
             assert c[p] == pure[p]
 
 
+@pytest.mark.slow  # two subprocesses: the C path and pure Python
 @pytest.mark.timeout(300)
 def test_a_malformed_frame_raises_instead_of_crashing() -> None:
     c, pure = _probes("frames")

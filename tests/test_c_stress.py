@@ -39,6 +39,7 @@ def _count(path: str) -> int:
     return 0 if parts is None else int(parts[0])
 
 
+@pytest.mark.slow
 def test_nested_regions_exceptions_and_decorators_under_gc() -> None:
     @instrument.timed("call")
     def call(x: int, *, y: int = 0) -> int:
@@ -64,6 +65,7 @@ def test_nested_regions_exceptions_and_decorators_under_gc() -> None:
     assert _count("outer/inner1/call") == sum(1 for i in range(ROUNDS) if i % 3 == 1)
 
 
+@pytest.mark.slow
 def test_threads_and_tasks_under_gc() -> None:
     def in_context() -> None:
         with instrument.timed("ctx"):

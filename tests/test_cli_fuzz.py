@@ -116,12 +116,7 @@ COMMANDS = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-          HealthCheck.function_scoped_fixture])  # fmt: skip
-@given(text=report_file())
-def test_every_command_exits_0_1_or_2_without_a_traceback(
+def check_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, text: str
 ) -> None:
     bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
@@ -131,6 +126,27 @@ def test_every_command_exits_0_1_or_2_without_a_traceback(
     code = cli.main([str(arg) for arg in argv])
     _, err = capsys.readouterr()
     check_exit(code, err, [bad, good], "--fail-above" in argv)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(text=report_file())
+def test_every_command_exits_0_1_or_2_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, text: str
+) -> None:
+    check_command(tmp_path, capsys, command, text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(text=report_file())
+def test_every_command_exits_0_1_or_2_without_a_traceback_on_many_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, text: str
+) -> None:
+    check_command(tmp_path, capsys, command, text)
 
 
 @pytest.mark.slow

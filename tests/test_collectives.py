@@ -15,6 +15,7 @@ from torch.distributed import distributed_c10d as c10d
 import instrument
 from instrument.hooks import collectives
 from instrument.report import Report
+from instrument.testing import reset
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is missing")
 
@@ -215,14 +216,27 @@ def ddp_worker(rank: int, world: int, steps: int) -> dict[str, Any]:
 # -- multi-process tests ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def sync_results() -> list[dict[str, Any]]:
-    return run_ranks(sync_worker, WORLD, timeout=100)
+def sync_and_async_worker(rank: int, world: int) -> dict[str, Any]:
+    """Both workers in turn on one pair of processes."""
+    sync = sync_worker(rank, world)
+    reset()
+    return {"sync": sync, "async": async_worker(rank, world)}
 
 
 @pytest.fixture(scope="module")
-def async_results() -> list[dict[str, Any]]:
-    return run_ranks(async_worker, WORLD, timeout=100)
+def results() -> list[dict[str, Any]]:
+    """What each rank's workers returned: one spawn for the module, not one a worker."""
+    return run_ranks(sync_and_async_worker, WORLD, timeout=100)
+
+
+@pytest.fixture(scope="module")
+def sync_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r["sync"] for r in results]
+
+
+@pytest.fixture(scope="module")
+def async_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r["async"] for r in results]
 
 
 @pytest.mark.timeout(120)
@@ -302,6 +316,7 @@ def test_point_to_point_and_batches(async_results: list[dict[str, Any]]) -> None
         assert result["stale_got"] == [7.0 + 1 - rank] * 2
 
 
+@pytest.mark.slow  # two ranks, a third spawn
 @pytest.mark.timeout(120)
 def test_ddp_comm_hook_times_buckets_and_keeps_training_identical() -> None:
     steps = 3

@@ -336,6 +336,7 @@ def rank_0_worker(rank: int, world_size: int) -> str:
     return out.getvalue()
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(60)
 def test_only_rank_0_prints() -> None:
     first, second = run_ranks(rank_0_worker, 2, timeout=50)

@@ -518,6 +518,7 @@ def log_ranks_worker(rank: int, world_size: int) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(60)
 def test_log_prints_on_the_ranks_asked_for() -> None:
     first, second = run_ranks(log_ranks_worker, 2, timeout=50)

@@ -100,15 +100,31 @@ def _rounded(value: Any) -> Any:
     return value
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(timer_ops, max_size=30))
-def test_synchronized_wall_clock_timer_behaves_like_deepspeeds(ops: list[tuple[Any, ...]]) -> None:
+def check_wall_clock_timer(ops: list[tuple[Any, ...]]) -> None:
     theirs_clock, ours_clock = FakeClock(1000.0), FakeClock(1000.0)
     with deepspeed_reads(theirs_clock):
         theirs = run(ds_timer.SynchronizedWallClockTimer(), ops, theirs_clock)
     with use_clock(ours_clock):
         mine = run(ours.SynchronizedWallClockTimer(to_registry=False), ops, ours_clock)
     assert mine == theirs
+
+
+timer_programs = given(ops=st.lists(timer_ops, max_size=30))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@timer_programs
+def test_synchronized_wall_clock_timer_behaves_like_deepspeeds(ops: list[tuple[Any, ...]]) -> None:
+    check_wall_clock_timer(ops)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@timer_programs
+def test_synchronized_wall_clock_timer_behaves_like_deepspeeds_in_many_programs(
+    ops: list[tuple[Any, ...]],
+) -> None:
+    check_wall_clock_timer(ops)
 
 
 throughput_ops = st.lists(
@@ -132,14 +148,7 @@ def _line(text: str) -> str:
     return _NUMBER.sub(lambda m: f"{float(m.group()):.6g}", text)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    ops=throughput_ops,
-    batch_size=st.sampled_from((1, 8, 32)),
-    start_step=st.integers(0, 3),
-    steps_per_output=st.sampled_from((None, 1, 2, 3)),
-)
-def test_throughput_timer_behaves_like_deepspeeds(
+def check_throughput_timer(
     ops: list[tuple[Any, ...]], batch_size: int, start_step: int, steps_per_output: int | None
 ) -> None:
     """A micro step is ``start()``, ``ms`` of work, ``stop(global_step=...)``; ``idle`` is
@@ -192,3 +201,28 @@ def test_throughput_timer_behaves_like_deepspeeds(
             continue
         assert my == their
     assert len(mine) == len(theirs)
+
+
+throughput_programs = given(
+    ops=throughput_ops,
+    batch_size=st.sampled_from((1, 8, 32)),
+    start_step=st.integers(0, 3),
+    steps_per_output=st.sampled_from((None, 1, 2, 3)),
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@throughput_programs
+def test_throughput_timer_behaves_like_deepspeeds(
+    ops: list[tuple[Any, ...]], batch_size: int, start_step: int, steps_per_output: int | None
+) -> None:
+    check_throughput_timer(ops, batch_size, start_step, steps_per_output)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@throughput_programs
+def test_throughput_timer_behaves_like_deepspeeds_in_many_programs(
+    ops: list[tuple[Any, ...]], batch_size: int, start_step: int, steps_per_output: int | None
+) -> None:
+    check_throughput_timer(ops, batch_size, start_step, steps_per_output)

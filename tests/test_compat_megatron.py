@@ -574,6 +574,7 @@ def uneven_timers_worker(rank: int, world_size: int) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(120)
 def test_ranks_with_different_timers_neither_hang_nor_read_zero() -> None:
     results = run_ranks(uneven_timers_worker, 3, timeout=90)

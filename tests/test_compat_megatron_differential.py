@@ -22,8 +22,6 @@ import pytest
 import torch
 from distributed_helpers import run_ranks
 
-pytest.importorskip("megatron.core.timers")
-
 NAMES = ("fwd", "bwd", "optim")
 OPTIONS = ("max", "minmax", "all")
 KINDS = ("start", "stop", "stop", "elapsed", "active_time", "reset", "advance", "advance", "log")
@@ -126,8 +124,10 @@ def differential_worker(rank: int, world_size: int, seeds: list[int]) -> list[An
     return results
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(180)
 def test_timers_behave_like_megatrons_on_two_ranks() -> None:
+    pytest.importorskip("megatron.core.timers")  # here, not at collection: it takes seconds
     for rank_results in run_ranks(differential_worker, 2, list(range(40)), timeout=150):
         for seed, option, theirs, mine in rank_results:
             assert mine == theirs, f"seed {seed}, log_option {option!r}"

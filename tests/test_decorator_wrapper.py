@@ -238,6 +238,7 @@ REFUSED_TYPES = [
 ]
 
 
+@pytest.mark.slow  # a subprocess
 @needs_c
 def test_types_other_than_wrapt_s_c_wrappers_are_refused() -> None:
     """Checked in a fresh process, where nothing has bound the types yet."""

@@ -104,15 +104,23 @@ def _same_reports(workers: tuple[Worker, Worker], program: list[Any]) -> None:
     assert native.run(program) == pure.run(program), program
 
 
-#: Programs per run: ``INSTRUMENT_DIFFERENTIAL_EXAMPLES=2000`` for a thorough (slow) run.
+#: Programs in the slow tier's run: ``INSTRUMENT_DIFFERENTIAL_EXAMPLES=2000`` for a thorough one.
 EXAMPLES = int(os.environ.get("INSTRUMENT_DIFFERENTIAL_EXAMPLES", "60"))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=programs)
+def test_c_and_pure_python_record_the_same(
+    workers: tuple[Worker, Worker], program: list[Any]
+) -> None:
+    _same_reports(workers, program)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(max(300, EXAMPLES))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs)
-def test_c_and_pure_python_record_the_same(
+def test_c_and_pure_python_record_the_same_in_many_programs(
     workers: tuple[Worker, Worker], program: list[Any]
 ) -> None:
     _same_reports(workers, program)

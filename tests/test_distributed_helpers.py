@@ -511,6 +511,7 @@ def test_barrier_timeout_names_a_missing_rank_0(two: list[dict[str, Any]]) -> No
     _check_late([r["rank_0_late"] for r in two], late=0)
 
 
+@pytest.mark.slow  # three ranks
 @pytest.mark.timeout(120)
 def test_barrier_timeout_names_a_missing_rank_2(three: list[dict[str, Any]]) -> None:
     _check_late([r["rank_2_late"] for r in three], late=2)
@@ -521,6 +522,7 @@ def test_metadata_group_of_a_gloo_group_is_the_group(two: list[dict[str, Any]]) 
     assert all(r["basics"]["meta_is_world"] and r["basics"]["meta_cached"] for r in two)
 
 
+@pytest.mark.slow  # three ranks
 @pytest.mark.timeout(120)
 def test_metadata_group_of_another_backend_is_a_new_cached_gloo_group(
     three: list[dict[str, Any]],
@@ -537,6 +539,7 @@ def test_metadata_group_of_another_backend_is_a_new_cached_gloo_group(
     assert [r["sub_ranks"] for r in metadata] == [[0, 1], [0, 1], None]
 
 
+@pytest.mark.slow  # three ranks
 @pytest.mark.timeout(120)
 def test_first_rank_per_node_runs_first(three: list[dict[str, Any]]) -> None:
     results = [r["first_rank_per_node"] for r in three]
@@ -559,6 +562,7 @@ def test_first_rank_failure_stops_the_waiting_ranks(two: list[dict[str, Any]]) -
     assert other["after"] is True
 
 
+@pytest.mark.slow  # three ranks
 @pytest.mark.timeout(120)
 def test_first_rank_failure_on_one_node_stops_every_rank(three: list[dict[str, Any]]) -> None:
     first, waiting, failed = (r["node_failure"] for r in three)
@@ -589,6 +593,7 @@ def crashing_first_rank_worker(rank: int, world_size: int) -> dict[str, Any]:
     return {"error": "", "seconds": time.monotonic() - start}
 
 
+@pytest.mark.slow  # two more processes
 @pytest.mark.timeout(60)
 def test_first_rank_crash_does_not_leave_the_others_waiting() -> None:
     (status0, code), (status1, result) = spawn(crashing_first_rank_worker, 2, timeout=40)
@@ -625,6 +630,7 @@ def _torchrun_env(rank: int, port: int) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # two more processes
 @pytest.mark.timeout(60)
 def test_first_rank_per_node_starts_and_ends_a_group_from_torchrun_env() -> None:
     results = spawn(bootstrap_worker, 2, backend=None, env=_torchrun_env, timeout=45)

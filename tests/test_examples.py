@@ -28,6 +28,7 @@ def test_quickstart_prints_a_timing_tree_every_interval() -> None:
     assert "final loss" in text
 
 
+@pytest.mark.slow  # trains a small language model: about 20 s
 @pytest.mark.timeout(180)
 def test_train_lm_prints_the_auto_tree() -> None:
     out = subprocess.run(
@@ -45,6 +46,7 @@ def test_train_lm_prints_the_auto_tree() -> None:
         assert name in text
 
 
+@pytest.mark.slow  # two ranks under torchrun
 @pytest.mark.timeout(240)
 def test_ddp_torchrun_names_the_straggler() -> None:
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]

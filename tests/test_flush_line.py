@@ -184,6 +184,7 @@ def barrier_worker(rank: int, world_size: int) -> list[tuple[float, float, float
     return out
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(120)
 def test_the_reporters_barrier_wait_is_in_the_flush_line_not_other() -> None:
     """``Reporter(barrier=True)``: the wait for the slow rank is the flush's (the self-cost's

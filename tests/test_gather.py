@@ -10,7 +10,7 @@ from distributed_helpers import run_ranks
 
 import instrument
 from instrument.hooks import collectives
-from instrument.testing import FakeClock, use_clock
+from instrument.testing import FakeClock, reset, use_clock
 
 
 def _work(clock: FakeClock, rank: int, reporter: instrument.Reporter) -> dict[str, Any]:
@@ -32,8 +32,10 @@ def uneven_worker(rank: int, world_size: int, ranks: str) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(120)
-def test_max_names_the_slowest_rank_and_regions_only_one_rank_ran() -> None:
-    for result in run_ranks(uneven_worker, 2, "minmax", timeout=90):
+def test_max_names_the_slowest_rank_and_regions_only_one_rank_ran(
+    two: list[dict[str, Any]],
+) -> None:
+    for result in (r["minmax"] for r in two):
         report = instrument.Report.from_dict(result)
         forward = report["forward"]
         assert forward.rank_min == pytest.approx(0.1)
@@ -59,8 +61,8 @@ def test_max_names_the_slowest_rank_and_regions_only_one_rank_ran() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_all_keeps_one_total_per_rank_with_none_where_absent() -> None:
-    report = instrument.Report.from_dict(run_ranks(uneven_worker, 2, "all", timeout=90)[0])
+def test_all_keeps_one_total_per_rank_with_none_where_absent(two: list[dict[str, Any]]) -> None:
+    report = instrument.Report.from_dict(two[0]["all"])
     assert report["forward"].per_rank == pytest.approx((0.1, 0.2))
     assert report["only_on_1"].per_rank == (None, pytest.approx(0.5))
     assert report["only_on_1"].count == 0  # rank 0 never ran it: its own stats are empty
@@ -76,6 +78,7 @@ def subgroup_worker(rank: int, world_size: int) -> dict[str, Any] | None:
         return _work(clock, rank, reporter)
 
 
+@pytest.mark.slow  # three ranks
 @pytest.mark.timeout(120)
 def test_a_subgroup_names_global_ranks() -> None:
     results = run_ranks(subgroup_worker, 3, timeout=100)
@@ -102,8 +105,8 @@ def suppressed_worker(rank: int, world_size: int) -> list[str]:
 
 
 @pytest.mark.timeout(120)
-def test_the_gather_never_times_itself() -> None:
-    for paths in run_ranks(suppressed_worker, 2, timeout=90):
+def test_the_gather_never_times_itself(two: list[dict[str, Any]]) -> None:
+    for paths in (r["suppressed"] for r in two):
         assert paths == ["work"]
 
 
@@ -118,5 +121,25 @@ def local_worker(rank: int, world_size: int) -> int:
 
 
 @pytest.mark.timeout(120)
-def test_local_reports_are_never_collective() -> None:
-    assert run_ranks(local_worker, 2, timeout=90) == [0, 1]
+def test_local_reports_are_never_collective(two: list[dict[str, Any]]) -> None:
+    assert [r["local"] for r in two] == [0, 1]
+
+
+def two_rank_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Each two-rank case in turn on one pair of processes."""
+    results: dict[str, Any] = {}
+    for name, case in (
+        ("minmax", lambda: uneven_worker(rank, world_size, "minmax")),
+        ("all", lambda: uneven_worker(rank, world_size, "all")),
+        ("suppressed", lambda: suppressed_worker(rank, world_size)),
+        ("local", lambda: local_worker(rank, world_size)),
+    ):
+        reset()
+        results[name] = case()
+    return results
+
+
+@pytest.fixture(scope="module")
+def two() -> list[dict[str, Any]]:
+    """What each rank's cases returned: one spawn for the module, not one a test."""
+    return run_ranks(two_rank_worker, 2, timeout=90)

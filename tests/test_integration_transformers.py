@@ -219,6 +219,7 @@ torch.distributed.destroy_process_group()
 """
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(180)
 def test_ddp_training_shows_the_gradient_all_reduce(tmp_path: Path) -> None:
     """Under torchrun the callback gets the Trainer's model, not the DDP wrapper the
@@ -398,6 +399,7 @@ def test_bad_options_are_refused() -> None:
         InstrumentCallback(optimizer=None)
 
 
+@pytest.mark.slow  # a subprocess
 def test_core_import_pulls_in_no_trainer_library() -> None:
     code = (
         "import sys, instrument, instrument.integrations; "

@@ -39,7 +39,13 @@ if how == "SIGINT":
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    ("how", "status"), [("normal", 0), ("sys.exit", 3), ("exception", 1), ("SIGINT", -2)]
+    ("how", "status"),
+    [
+        pytest.param("normal", 0, marks=pytest.mark.slow),
+        pytest.param("sys.exit", 3, marks=pytest.mark.slow),
+        ("exception", 1),
+        pytest.param("SIGINT", -2, marks=pytest.mark.slow),
+    ],
 )
 def test_every_exit_delivers_the_last_interval(how: str, status: int) -> None:
     done = subprocess.run(
@@ -50,6 +56,7 @@ def test_every_exit_delivers_the_last_interval(how: str, status: int) -> None:
     assert "3 steps" in done.stdout
 
 
+@pytest.mark.slow
 def test_importing_instrument_leaves_dynamo_unimported() -> None:
     """Importing Dynamo costs ~0.8 s and changes how an uncaught KeyboardInterrupt ends
     the process (status 1, not SIGINT; the SIGINT case above): only auto() may do it."""
@@ -98,11 +105,9 @@ sys.exit(0 if codes == [0] * 30 else 1)
 """
 
 
+@pytest.mark.slow  # 30 forks
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("run", range(2))
-def test_children_forked_while_another_thread_flushes_record_and_flush(
-    tmp_path: Path, run: int
-) -> None:
+def test_children_forked_while_another_thread_flushes_record_and_flush(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", FORK_STRESS, str(tmp_path / "run.jsonl")],
         capture_output=True,
@@ -148,6 +153,7 @@ print("imported", sorted(set(imported)))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_nothing_is_imported_in_a_flush_or_the_exit_flush(tmp_path: Path) -> None:
     done = subprocess.run(
@@ -222,7 +228,7 @@ def _signalled(mode: str, signame: str, shell: bool = False) -> tuple[int, str]:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("signame", ["SIGTERM", pytest.param("SIGHUP", marks=pytest.mark.slow)])
 def test_the_signal_delivers_the_last_interval_and_still_ends_the_process(
     signame: str,
 ) -> None:
@@ -233,6 +239,7 @@ def test_the_signal_delivers_the_last_interval_and_still_ends_the_process(
     assert "loop ended" not in out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_shell_sees_128_plus_the_signal() -> None:
     _status, out = _signalled("none", "SIGTERM", shell=True)
@@ -242,6 +249,7 @@ def test_a_shell_sees_128_plus_the_signal() -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["before-exit", "after-exit"])
 def test_a_user_handler_runs_and_its_exit_delivers_the_last_interval(mode: str) -> None:
     status, out = _signalled(mode, "SIGTERM")
@@ -251,6 +259,7 @@ def test_a_user_handler_runs_and_its_exit_delivers_the_last_interval(mode: str) 
     assert "3 steps" in out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", ["before-continue", "after-continue", "after-chain"])
 def test_a_user_handler_that_goes_on_keeps_the_job_alive(mode: str) -> None:
@@ -264,6 +273,7 @@ def test_a_user_handler_that_goes_on_keeps_the_job_alive(mode: str) -> None:
     assert out.index("loop ended") < out.index("instrument report #")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_ignored_signal_stays_ignored() -> None:
     with subprocess.Popen(
@@ -282,6 +292,7 @@ def test_an_ignored_signal_stays_ignored() -> None:
     assert "3 steps" in out
 
 
+@pytest.mark.slow
 def test_handlers_are_installed_only_over_the_default_disposition() -> None:
     script = textwrap.dedent(
         """

@@ -289,6 +289,7 @@ print(len(reads), sample["host_rss"], sample["host_peak_rss"], vm_rss, vm_hwm)
 """
 
 
+@pytest.mark.slow  # a subprocess
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
 def test_rss_at_its_peak_needs_no_status_read() -> None:
     """In a process whose RSS is at its highest, the sample skips /proc/self/status (ten
@@ -324,6 +325,7 @@ print(memory._rss_at_its_peak() is None, sampler.sample()["host_peak_rss"] - rss
 """
 
 
+@pytest.mark.slow  # a subprocess
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
 def test_a_peak_reached_in_another_thread_counts() -> None:
     """The cheap peak read asks ``getrusage`` for the calling thread (not summing every

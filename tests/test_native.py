@@ -89,6 +89,7 @@ def test_registry_nodes_use_the_c_path_when_built() -> None:
     assert isinstance(registry.ROOT, speedups.NodeBase)
 
 
+@pytest.mark.slow  # the core suite again, in a subprocess
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(
     speedups is None or os.environ.get("INSTRUMENT_NO_EXTENSIONS") == "1",
@@ -106,8 +107,9 @@ def test_core_suite_passes_on_the_pure_python_path() -> None:
         "tests/test_auto.py",
         "tests/test_stepcounter.py",
     ]
+    both_tiers = ["-m", "slow or not slow"]
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *both_tiers, *tests],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -289,14 +289,7 @@ def _run_block(
     truth[full] = truth.get(full, 0) + clock.now_ns() - start
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    tree=st.lists(st.tuples(blocks, st.booleans()), min_size=1, max_size=3),
-    flush_cost=micros,
-)
-def test_random_trees_flushed_anywhere_stay_consistent_and_conserve_time(
-    tree: list[Any], flush_cost: int
-) -> None:
+def check_flushed_anywhere(tree: list[Any], flush_cost: int) -> None:
     """Flushes inside regions and between them, each taking ``flush_cost`` µs (its time is
     in its region, or the next report's flush line)."""
     instrument.testing.reset()
@@ -320,6 +313,27 @@ def test_random_trees_flushed_anywhere_stay_consistent_and_conserve_time(
         seen = sum(r[path].total for r in sink.reports if path in r)
         assert seen == pytest.approx(ns / 1e9, abs=1e-9), path
     assert all(not n.open for n in sink.reports[-1].nodes)
+
+
+trees = given(
+    tree=st.lists(st.tuples(blocks, st.booleans()), min_size=1, max_size=3),
+    flush_cost=micros,
+)
+
+
+@settings(max_examples=15, deadline=None)
+@trees
+def test_random_trees_flushed_anywhere_stay_consistent_and_conserve_time(
+    tree: list[Any], flush_cost: int
+) -> None:
+    check_flushed_anywhere(tree, flush_cost)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None)
+@trees
+def test_random_trees_flushed_anywhere_in_many_trees(tree: list[Any], flush_cost: int) -> None:
+    check_flushed_anywhere(tree, flush_cost)
 
 
 def test_a_flush_from_another_thread_keeps_the_carry_of_this_threads_open_call(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,9 +57,7 @@ def expected(block: Block, prefix: str, out: dict[str, list[int]]) -> int:
     return duration
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(blocks, min_size=1, max_size=4), st.booleans())
-def test_random_nesting_matches_reference(program: list[Block], decorators: bool) -> None:
+def check_nesting(program: list[Block], decorators: bool) -> None:
     clock = FakeClock()
     model: dict[str, list[int]] = {}
     with use_clock(clock), capture_reports() as reports:
@@ -77,3 +76,21 @@ def test_random_nesting_matches_reference(program: list[Block], decorators: bool
         assert round(node.total * 1e6) == total_us
         kids = sum(model[p][1] for p in model if p.rpartition("/")[0] == path)
         assert round(node.self * 1e6) == total_us - kids
+
+
+programs = given(st.lists(blocks, min_size=1, max_size=4), st.booleans())
+
+
+@settings(max_examples=25, deadline=None)
+@programs
+def test_random_nesting_matches_reference(program: list[Block], decorators: bool) -> None:
+    check_nesting(program, decorators)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@programs
+def test_random_nesting_matches_reference_in_many_programs(
+    program: list[Block], decorators: bool
+) -> None:
+    check_nesting(program, decorators)

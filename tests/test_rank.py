@@ -69,6 +69,7 @@ def _ranks_seen(rank: int, world_size: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(120)
 def test_a_gloo_group_answers_every_caller() -> None:
     seen = run_ranks(_ranks_seen, 2)
@@ -91,6 +92,7 @@ def _rank_across_regrouping(rank: int, world_size: int, store: str) -> list[tupl
     return seen
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(120)
 def test_the_kept_rank_follows_the_default_group(tmp_path: Any) -> None:
     seen = run_ranks(_rank_across_regrouping, 2, str(tmp_path / "store"))

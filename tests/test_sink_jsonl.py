@@ -170,6 +170,7 @@ def rank_worker(rank: int, world_size: int, folder: str) -> dict[str, Any]:
         return report.to_dict()
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(120)
 def test_each_rank_writes_its_own_file(tmp_path: Path) -> None:
     flushed = run_ranks(rank_worker, 2, str(tmp_path), timeout=90)

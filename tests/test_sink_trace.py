@@ -208,6 +208,7 @@ def _rank_traces(rank: int, world_size: int, directory: str) -> None:
     reporter.close()
 
 
+@pytest.mark.slow  # two ranks
 @pytest.mark.timeout(60)
 def test_each_rank_writes_its_own_file(tmp_path: Path) -> None:
     run_ranks(_rank_traces, 2, str(tmp_path))

@@ -90,6 +90,7 @@ def _run(sub: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_the_extension_refuses_a_sub_interpreter_and_main_keeps_recording() -> None:
     assert speedups is not None
     out = _run(LOAD_AND_BIND.format(path=speedups.__file__))
@@ -98,6 +99,7 @@ def test_the_extension_refuses_a_sub_interpreter_and_main_keeps_recording() -> N
     assert "main: ['after'] ['inner', 'in a task']" in out
 
 
+@pytest.mark.slow
 def test_instrument_native_falls_back_to_pure_python_in_a_sub_interpreter() -> None:
     out = _run(NATIVE_FALLS_BACK.format(package=str(Path(instrument.__file__).parent)))
     assert "sub: speedups=None" in out

@@ -76,6 +76,6 @@ if [ $# -gt 0 ]; then
 fi
 # Deselected: its 60 s limit on a subprocess that imports torch, which a debug interpreter
 # with -X dev can exceed on a loaded machine (it checks an environment variable, no C).
-exec "$DEBUG_PYTHON" -X dev -m pytest -q -p no:randomly -o timeout=600 \
+exec "$DEBUG_PYTHON" -X dev -m pytest -q -p no:randomly -o timeout=600 -m "slow or not slow" \
     --deselect tests/test_native.py::test_pure_python_path_is_selected_by_the_environment_variable \
     "${core[@]}"

@@ -8,8 +8,8 @@ between, released after ``registry.idle_flushes`` idle flushes and made again. T
 resident memory is read every ``SAMPLE`` steps; after the warm-up (the first fifth) its
 least-squares slope must stay below ``MAX_GROWTH`` bytes over the rest of the run.
 
-Run with ``pytest tests/benchmarks/test_soak.py --benchmark-only -s`` (bench-only: it takes
-minutes); ``INSTRUMENT_SOAK_STEPS=100000`` for a shorter run. It prints the RSS samples.
+Run with ``pytest tests/benchmarks/test_soak.py -m slow --benchmark-only -s`` (bench-only: it
+takes minutes); ``INSTRUMENT_SOAK_STEPS=100000`` for a shorter run. It prints the RSS samples.
 """
 
 from __future__ import annotations
