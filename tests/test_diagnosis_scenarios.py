@@ -38,7 +38,7 @@ SIGNALS: dict[str, tuple[str, float, float]] = {
     "untimed_work": ("(other) share", 0.5, 0.4),
     "heavy_optimizer": ("optimizer share", 0.5, 0.4),
     "checkpoint": ("save stall", 2.5, 1.8),
-    "slowdown": ("forward growth", 0.25, 0.15),
+    "slowdown": ("forward growth", 0.25, 0.2),  # the small one: 0.12-0.15 on a busy machine
     "memory_leak": ("rss growth MB", 25.0, 10.0),
     "compute_straggler": ("forward excess", 0.3, 0.25),
     "input_straggler": ("data excess", 0.3, 0.25),

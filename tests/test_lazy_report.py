@@ -1,6 +1,6 @@
 """A flush's report keeps the registry's columns and builds its nodes on first read: the
 built report is the one an eager build gives, and reads, compares, pickles and copies
-as any report."""
+as any report. The diagnosis reads the nodes at the flush, so these reporters run without it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from instrument.testing import FakeClock, use_clock
 @pytest.fixture
 def reporter() -> Iterator[instrument.Reporter]:
     with use_clock(FakeClock()):
-        rep = instrument.Reporter(every=None, sinks=[], memory=False)
+        rep = instrument.Reporter(every=None, sinks=[], memory=False, diagnose=False)
         yield rep
         rep.close(flush=False)
 
