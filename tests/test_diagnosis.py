@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
 import logging
 import re
@@ -491,6 +492,36 @@ def test_collective_wait_counts_overlapping_async_collectives_once() -> None:
     found = kinds(Report(findings=Diagnosis().add(report)))["collective_wait"]
     assert found.evidence["collective_s"] == pytest.approx(0.009)  # their union, not 0.013
     assert found.path == "backward/ddp_all_reduce"
+
+
+#: Slow steps from the machine's other work: interval -> (steps slowed, how much).
+HICCUPS = {1: (3, 6.0), 3: (4, 5.0), 4: (1, 8.0), 6: (3, 6.0)}
+
+
+def test_a_growing_forward_is_found_through_hiccups_that_move_the_mean_step(
+    clock: FakeClock,
+) -> None:
+    """A few steps of some intervals several times slower (the machine's other work) make
+    the mean step jump about; the median step still rises steadily: a slowdown, named."""
+
+    def step(clock: FakeClock, i: int) -> None:
+        slowed, factor = HICCUPS.get(i // 10, (0, 1.0))
+        k = factor if i % 10 < slowed else 1.0
+        phases(data=0.002 * k, forward=(0.002 + 0.0001 * i) * k, optimizer=0.002 * k)(clock, i)
+
+    reports = run(clock, step, steps=80)
+    means = [r.step_time.mean for r in reports[1:] if r.step_time is not None]
+    assert any(b < a for a, b in itertools.pairwise(means))  # the mean jumps about
+    found = kinds(reports[-1]).get("slowdown")
+    assert found is not None, [f.why for f in reports[-1].findings]
+    assert (found.severity, found.path) == ("warning", "forward")
+
+
+def test_a_share_that_rises_because_the_rest_got_faster_is_no_slowdown(clock: FakeClock) -> None:
+    def step(clock: FakeClock, i: int) -> None:
+        phases(data=0.006 - 0.00006 * i, forward=0.003)(clock, i)  # the loader warms up
+
+    assert all("slowdown" not in kinds(r) for r in run(clock, step, steps=80))
 
 
 def test_a_whole_step_that_slows_alike_is_only_info(clock: FakeClock) -> None:

@@ -124,7 +124,7 @@ class Trends:
         if not v.has_steps or first_interval:
             return
         x = report.step - v.steps / 2
-        self.step.add(x, v.step)
+        self.step.add(x, v.usual_step)  # the median step: the mean jumps on a busy machine
         seen = set()
         for node in report.nodes:
             if node.concurrent:

@@ -102,6 +102,13 @@ class View:
         """The report measured steps (the shares below mean something)."""
         return self.step > 0.0
 
+    @property
+    def usual_step(self) -> float:
+        """The median step in seconds (the mean where the report holds no median): a few
+        steps slowed by the machine's other work move the mean, not this."""
+        step = self.report.step_time
+        return step.p50 if step is not None and step.p50 > 0 else self.step
+
     def seconds(self, node: Node) -> float:
         """``node``'s time per step."""
         return node.total * self.scale
