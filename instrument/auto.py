@@ -163,8 +163,10 @@ class AutoHandle:
         hooks = self._optimizer_hooks
         return 0 if hooks is None else hooks.skipped_steps
 
-    def remove(self) -> None:
-        """Undo everything :func:`auto` did (idempotent)."""
+    def remove(self, *, local: bool = False) -> None:
+        """Undo everything :func:`auto` did (idempotent). ``local``: the last flush of the
+        reporter ``auto`` made waits for no other rank (see :meth:`Reporter.close`); leaving
+        a ``with`` block on an exception removes this way."""
         if self._removed:
             return
         self._removed = True
@@ -180,7 +182,7 @@ class AutoHandle:
             # without a step to report it is dropped, so nothing is left in the registry
             hooks = self._optimizer_hooks
             flush = hooks is None or self.reporter.steps > 0
-            self.reporter.close(flush=flush)
+            self.reporter.close(flush=flush, local=local)
             if not flush:
                 registry.collect()
 
@@ -193,7 +195,7 @@ class AutoHandle:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.remove()
+        self.remove(local=exc_type is not None)  # on an error, other ranks may be gone
 
     def __repr__(self) -> str:
         state = "removed" if self._removed else "installed"

@@ -243,7 +243,7 @@ class Reporter:
         self._lock = lifecycle.ForkSafeLock()
         self._index = 0
         self._closed = False
-        self._exiting = False  # set by the flush at interpreter exit
+        self._local_close = False  # a close that waits for no other rank (at exit, on an error)
         self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
         self._flush_in_steps_ns = 0  # the previous flush with its barrier, if in the steps
         self._start_interval()
@@ -363,7 +363,7 @@ class Reporter:
         lifecycle.install_signal_handlers()  # again, in case the default was put back
         if (
             self.barrier
-            and not self._exiting
+            and not self._local_close
             and torch.distributed.is_available()
             and torch.distributed.is_initialized()
         ):
@@ -428,7 +428,7 @@ class Reporter:
     def _across_ranks(self, report: Report) -> Report:
         """Add each path's (and each rate's and memory field's) values across the ranks
         (:mod:`instrument.distributed.across`: agree with a deadline, then reduce)."""
-        if self.ranks == "local" or self._exiting:
+        if self.ranks == "local" or self._local_close:
             return report
         if self._cross is None:
             self._cross = CrossRank(
@@ -493,12 +493,16 @@ class Reporter:
             except Exception:
                 self._sink_failed(sink)
 
-    def close(self, *, flush: bool = True) -> Report | None:
+    def close(self, *, flush: bool = True, local: bool = False) -> Report | None:
         """Flush what is left (if anything, and unless ``flush=False``), close the sinks, and
-        stop receiving steps."""
+        stop receiving steps. ``local=True`` flushes this rank's own report only, with no
+        barrier and no gather (after an error, or at exit, the other ranks may be gone: the
+        error leaves at once instead of after ``rank_timeout``); leaving a ``with`` block
+        on an exception closes this way."""
         if self._closed:
             return None
         self._closed = True
+        self._local_close = local
         lifecycle.forget(self)
         report = None
         if flush and (self._counter.steps or any(node.has_records() for node in registry.walk())):
@@ -514,12 +518,10 @@ class Reporter:
         return report
 
     def _close_at_exit(self) -> None:
-        """The last flush, at interpreter exit: this rank's own report only (the other
-        ranks may be gone, so no barrier and no gather), then the sinks are closed. The
-        ranks still running hear that this one closed (on the rendezvous store, if it is
-        still there), so their next flush does not wait ``rank_timeout`` for it."""
-        self._exiting = True
-        self.close()
+        """The last flush, at interpreter exit: a local close (the ranks still running hear
+        that this one closed, on the rendezvous store if it is still there, so their next
+        flush does not wait ``rank_timeout`` for it)."""
+        self.close(local=True)
 
     def _detach(self) -> None:
         """Stop receiving steps without flushing or closing sinks (``testing.reset``)."""
@@ -540,7 +542,7 @@ class Reporter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        self.close(local=exc_type is not None)
 
     def __repr__(self) -> str:
         return (

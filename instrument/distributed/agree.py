@@ -66,6 +66,8 @@ class Verdict:
     missing: tuple[int, ...] = ()  # global ranks that did not arrive in time
     closed: dict[int, int] = field(default_factory=dict)  # missing rank -> the step at which
     # it closed its reporter (it will not come)
+    presumed: tuple[int, ...] = ()  # missing ranks that missed the flush before too: waited
+    # for only CLOSED_GRACE seconds
     mismatched: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # rank ->
     # (interval, first step, last step) of the ranks at another interval than the majority
     expected: tuple[int, int] | None = None  # the majority's (first step, last step)
@@ -80,9 +82,14 @@ class Verdict:
         if self.error:
             return f"the rendezvous store failed ({self.error})"
         parts = []
-        waited = [r for r in self.missing if r not in self.closed]
+        waited = [r for r in self.missing if r not in self.closed and r not in self.presumed]
         if waited:
             parts.append(f"ranks {waited} did not reach this flush within {seconds:g} s")
+        if self.presumed:
+            parts.append(
+                f"ranks {list(self.presumed)} missed the flush before too and did not come "
+                f"within {min(seconds, CLOSED_GRACE):g} s (presumed gone until they arrive)"
+            )
         if self.closed:
             them = ", ".join(f"rank {r} at step {step}" for r, step in sorted(self.closed.items()))
             parts.append(f"ranks {sorted(self.closed)} closed their reporter before it ({them})")
@@ -109,6 +116,7 @@ class Verdict:
                 "paths_differ": self.paths_differ,
                 "missing": list(self.missing),
                 "closed": {str(r): step for r, step in self.closed.items()},
+                "presumed": list(self.presumed),
                 "mismatched": {str(r): list(v) for r, v in self.mismatched.items()},
                 "expected": None if self.expected is None else list(self.expected),
             }
@@ -123,6 +131,7 @@ class Verdict:
             paths_differ=bool(data.get("paths_differ", False)),
             missing=tuple(int(r) for r in data.get("missing", ())),
             closed={int(r): int(step) for r, step in data.get("closed", {}).items()},
+            presumed=tuple(int(r) for r in data.get("presumed", ())),
             mismatched={int(r): (v[0], v[1], v[2]) for r, v in data.get("mismatched", {}).items()},
             expected=None if expected is None else (int(expected[0]), int(expected[1])),
             late=late,
@@ -135,6 +144,9 @@ _keys_lock = threading.Lock()
 _keys: dict[tuple[str, int], int] = {}  # (group, last step) -> flushes made at that step
 _keys_world: object = None
 _done: dict[str, list[str]] = {}  # per group: prefixes whose keys may be deleted
+#: per group: the ranks that missed this process's last check (not closed): the next check
+#: waits for them only ``CLOSED_GRACE`` seconds, not the whole timeout again
+_absent: dict[str, frozenset[int]] = {}
 
 
 def _follow_world() -> None:
@@ -145,6 +157,7 @@ def _follow_world() -> None:
     if _keys_world is not world:
         _keys.clear()
         _done.clear()
+        _absent.clear()
         _reporters_closed.clear()
         _keys_world = world
 
@@ -171,7 +184,9 @@ def _arrivals(store: Store, prefix: str) -> dict[int, list[int]]:
     return out
 
 
-def _judge(where: _Place, prefix: str, differ: bool, *, all_arrived: bool) -> Verdict:
+def _judge(
+    where: _Place, prefix: str, differ: bool, *, all_arrived: bool, absent: frozenset[int]
+) -> Verdict:
     """The verdict from what the store holds. Cheap when nothing differs: the arrival list
     (O(world) bytes) is read only when a signature differed or a rank is missing."""
     if all_arrived and not differ:
@@ -195,6 +210,7 @@ def _judge(where: _Place, prefix: str, differ: bool, *, all_arrived: bool) -> Ve
         paths_differ=ok and len(hashes) > 1,
         missing=missing,
         closed={rank: step for rank, step in gone.items() if rank in missing},
+        presumed=tuple(r for r in missing if r in absent and r not in gone),
         mismatched=mismatched,
         expected=expected if mismatched else None,
     )
@@ -207,7 +223,9 @@ def _settle(store: Store, prefix: str, verdict: Verdict) -> Verdict:
     return verdict if held == text else Verdict.from_json(held)
 
 
-def _check(where: _Place, prefix: str, mine: Arrival, seconds: float) -> Verdict:
+def _check(
+    where: _Place, prefix: str, mine: Arrival, seconds: float, absent: frozenset[int]
+) -> Verdict:
     store, world = where.store, len(where.ranks)
     _append(store, prefix + "arrived", mine.text(where.rank) + ",")
     signature = f"{mine.window()}|{mine.paths}"
@@ -218,12 +236,14 @@ def _check(where: _Place, prefix: str, mine: Arrival, seconds: float) -> Verdict
         return Verdict.from_json(_text(store.get(prefix + "status")), late=True)
     if count == world:  # the last to arrive decides
         differ = store.check([prefix + "differ"])
-        return _settle(store, prefix, _judge(where, prefix, differ, all_arrived=True))
+        judged = _judge(where, prefix, differ, all_arrived=True, absent=absent)
+        return _settle(store, prefix, judged)
     # wait in two parts, looking before each whether the ranks missing have closed their
-    # reporters (then none will come): one may close just after this rank arrived
+    # reporters or missed the last check too (then none is expected): one may close just
+    # after this rank arrived, and one presumed gone gets the first part to come back
     first = min(seconds, CLOSED_GRACE)
-    for part in (first, seconds - first):
-        if part <= 0 or _only_closed_missing(where, prefix):
+    for part, presumed in ((first, frozenset[int]()), (seconds - first, absent)):
+        if part <= 0 or _only_gone_missing(where, prefix, presumed):
             break
         try:
             store.wait([prefix + "status"], datetime.timedelta(seconds=part))
@@ -241,7 +261,8 @@ def _check(where: _Place, prefix: str, mine: Arrival, seconds: float) -> Verdict
         except RuntimeError:
             pass
     differ = store.check([prefix + "differ"])
-    verdict = _settle(store, prefix, _judge(where, prefix, differ, all_arrived=False))
+    judged = _judge(where, prefix, differ, all_arrived=False, absent=absent)
+    verdict = _settle(store, prefix, judged)
     if not verdict.ok:
         store.add(prefix + "count", _GAVE_UP)
     return verdict
@@ -274,10 +295,11 @@ def _closed(where: _Place) -> dict[int, int]:
     return out
 
 
-def _only_closed_missing(where: _Place, prefix: str) -> bool:
-    """Every rank that has not arrived at this flush closed its reporter: none will come.
-    (One store operation while no rank of the group has closed.)"""
-    gone = _closed(where)
+def _only_gone_missing(where: _Place, prefix: str, absent: frozenset[int]) -> bool:
+    """Every rank that has not arrived at this flush closed its reporter or missed the last
+    check too: none is expected. (One store operation while no rank of the group has
+    closed or is absent.)"""
+    gone = _closed(where).keys() | absent
     if not gone:
         return False
     arrived = _arrivals(where.store, prefix)
@@ -331,8 +353,10 @@ def agree(mine: Arrival, timeout: float, group: ProcessGroup | None = None) -> V
         if where is None or len(where.ranks) == 1:
             return Verdict(ok=True)
         prefix = _meeting(where, mine.last_step)
+        absent = _absent.get(where.name, frozenset())
         with suppressed():
-            verdict = _check(where, prefix, mine, timeout)
+            verdict = _check(where, prefix, mine, timeout, absent)
+        _absent[where.name] = frozenset(r for r in verdict.missing if r not in verdict.closed)
         if verdict.ok and where.rank == where.ranks[0]:
             _clean(where, prefix)
         return dataclasses.replace(verdict, prefix=prefix)

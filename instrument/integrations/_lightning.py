@@ -310,9 +310,10 @@ class Session:
         if self._validation is not None and self._validation.running:
             self._validation.stop()
 
-    def stop(self) -> None:
+    def stop(self, *, local: bool = False) -> None:
         """Undo everything and close the reporter this session made (``on_train_end``,
-        ``on_exception``, ``teardown``; idempotent)."""
+        ``on_exception``, ``teardown``; idempotent). ``local``: its last flush waits for no
+        other rank (on an exception they may be gone)."""
         self.validation_end()
         if self._undo_data is not None:
             self._undo_data()
@@ -323,11 +324,11 @@ class Session:
         self._release()
         handle, self._handle = self._handle, None
         if handle is not None:
-            handle.remove()
+            handle.remove(local=local)
         reporter = self._reporter
         if reporter is not None and self._given is None and not reporter.closed:
             flush = reporter.steps > 0
-            reporter.close(flush=flush)
+            reporter.close(flush=flush, local=local)
             if not flush:  # what followed the last optimizer step is no step: leave nothing
                 registry.collect()
         if self._to_loggers is not None:
@@ -568,7 +569,7 @@ class CallbackHooks:
         self.session.stop()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self.session.stop()
+        self.session.stop(local=True)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.session.stop()

@@ -1,0 +1,88 @@
+"""When a rank dies mid-run, the others' errors leave at once and as torch gives them, and
+their later flushes do not wait the whole ``rank_timeout`` again (2 real gloo ranks)."""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+
+import pytest
+import torch
+from distributed_helpers import run_ranks
+from torch import nn
+
+import instrument
+
+#: ``auto``'s reporter's ``rank_timeout`` (its default).
+RANK_TIMEOUT = 60.0
+
+
+def _ddp_until_the_peer_dies(rank: int, world_size: int) -> dict[str, object] | None:
+    """DDP under ``with instrument.auto(...)``; rank 1 dies at the fourth step: rank 0's
+    all-reduce fails. Returns how long the error took to leave the block, and its text."""
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    failed_at = 0.0
+    try:
+        with instrument.auto(model, optimizer, every=2, ranks="minmax", sinks=[]):
+            for step in range(20):
+                if rank == 1 and step == 3:
+                    os._exit(0)  # killed: no atexit, no reporter closed
+                loss = model(torch.randn(16, 32)).pow(2).mean()
+                try:
+                    loss.backward()
+                except RuntimeError:
+                    failed_at = time.perf_counter()
+                    raise
+                optimizer.step()
+                optimizer.zero_grad()
+    except RuntimeError as error:
+        return {
+            "held_s": time.perf_counter() - failed_at,
+            "message": str(error),
+            "traceback": traceback.format_exc(),
+        }
+    return None
+
+
+@pytest.mark.timeout(150)
+def test_a_dying_peer_s_error_leaves_at_once_as_ddp_gives_it() -> None:
+    """The closing flush on the way out is this rank's own (no wait for the dead rank), and
+    the all-reduce's error is the one DDP's Python all-reduce hook gives: wrapped at most
+    once by torch, with no frame of instrument's."""
+    result = run_ranks(_ddp_until_the_peer_dies, 2, timeout=130, dead=[1])[0]
+    assert result is not None
+    assert result["held_s"] < RANK_TIMEOUT / 3, result["held_s"]
+    assert str(result["message"]).count("Got the following error when running the callback") <= 1
+    assert "instrument" not in str(result["traceback"]).replace("instrument.auto(", "")
+
+
+def _flushes_after_the_peer_dies(rank: int, world_size: int, timeout: float) -> list[float]:
+    """Steps with a reporter gathering across ranks; rank 1 dies after step 3 without
+    closing it. Returns rank 0's flush times after that."""
+    reporter = instrument.Reporter(every=None, ranks="minmax", rank_timeout=timeout, sinks=[])
+    seconds = []
+    for step in range(9):
+        if rank == 1 and step == 3:
+            os._exit(0)
+        with instrument.timed("work"):
+            time.sleep(0.001)
+        reporter.step()
+        if step % 2 == 1:
+            began = time.perf_counter()
+            reporter.flush()
+            if step >= 3:
+                seconds.append(time.perf_counter() - began)
+    reporter.close(local=True)
+    return seconds
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_rank_gone_is_waited_for_once_then_given_only_a_grace() -> None:
+    timeout = 8.0
+    first, *later = run_ranks(_flushes_after_the_peer_dies, 2, timeout, timeout=100, dead=[1])[0]
+    assert first >= timeout * 0.9  # the first flush waits: the rank may only be late
+    assert later
+    assert all(s < timeout / 2 for s in later), later
