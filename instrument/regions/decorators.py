@@ -7,9 +7,12 @@ working. Every wrapper opens and closes a frame through :mod:`instrument.regions
 
 from __future__ import annotations
 
+import copyreg
 import inspect
 from collections.abc import AsyncGenerator, Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, SupportsIndex, TypeVar
+
+import wrapt
 
 import instrument.regions.region as region_module
 from instrument.regions import native
@@ -18,6 +21,23 @@ from instrument.regions.region import CPU, CpuRegion, Region, region_for
 from instrument.registry import CHUNK, fold
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _by_reference(timed: Any) -> str:
+    """Pickle a timed function by reference, as a plain function is: by its qualified
+    name, which its module holds (so ``Pool.map`` and ``ProcessPoolExecutor`` take it)."""
+    return str(timed.__qualname__)
+
+
+class TimedFunction(wrapt.FunctionWrapper):  # type: ignore[type-arg]
+    """wrapt's ``FunctionWrapper``, pickled by reference."""
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str:
+        return _by_reference(self)
+
+
+for _type in (native.timed_types or ())[:2]:  # the C wrapper types: immutable, so this way
+    copyreg.pickle(_type, _by_reference)
 
 
 def decorate(func: F, region: Region) -> F:
@@ -35,7 +55,8 @@ def decorate(func: F, region: Region) -> F:
     # With the C path, wrapt itself calls ``func`` directly while the region is skipped,
     # and a ``CallTimer`` gets a wrapt type that calls ``func`` without wrapt's generic call.
     enabled = native.enabled_flag(region)
-    return native.function_wrapper(func, wrapper)(func, wrapper, enabled)  # type: ignore[no-any-return]
+    wrapper_type = native.function_wrapper(func, wrapper, TimedFunction)
+    return wrapper_type(func, wrapper, enabled)  # type: ignore[no-any-return]
 
 
 def direct_call(func: F, region: Region) -> F | None:

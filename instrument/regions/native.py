@@ -103,12 +103,13 @@ def _timed_function_types() -> tuple[type, ...] | None:
 timed_types = _timed_function_types()
 
 
-def function_wrapper(func: object, wrapper: object) -> type:
-    """The wrapt type that wraps ``func`` with ``wrapper``: wrapt's ``FunctionWrapper``, or
-    with C around a ``CallTimer`` one calling ``func`` directly (for a plain Python
-    function, also a method descriptor, so ``obj.method()`` makes no bound wrapper)."""
+def function_wrapper(func: object, wrapper: object, python: type) -> type:
+    """The wrapt type that wraps ``func`` with ``wrapper``: ``python`` (a wrapt
+    ``FunctionWrapper``), or with C around a ``CallTimer`` one calling ``func`` directly
+    (for a plain Python function, also a method descriptor, so ``obj.method()`` makes no
+    bound wrapper)."""
     if timed_types is None or not isinstance(wrapper, speedups.CallTimer):  # type: ignore[union-attr]
-        return wrapt.FunctionWrapper
+        return python
     return timed_types[0 if isinstance(func, types.FunctionType) else 1]
 
 
