@@ -12,10 +12,11 @@ import dataclasses
 import logging
 import numbers
 import threading
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -48,6 +49,8 @@ from instrument.sinks.base import Sink
 from instrument.stepcounter import StepCounter
 from instrument.stepcounter import _check_every as _check_every
 from instrument.throughput import Throughput
+
+T = TypeVar("T")
 
 logger = logging.getLogger("instrument")
 #: The flush's own event in a trace (``ChromeTrace``).
@@ -219,7 +222,10 @@ class Reporter:
             warmup = 2 if every is None else min(2, every - 1)
         # the steps: when each ended, which were warm-up, when a flush is due
         self._counter = StepCounter(
-            every, _check_count("warmup", warmup) or 0, self._add_counts, self._due
+            every,
+            _check_count("warmup", warmup) or 0,
+            _weakly(self._add_counts),
+            _weakly(self._due),
         )
         self.flops_per_step = _check_flops(flops_per_step)
         if peak_flops is not None and not isinstance(_check_flops(peak_flops), float):
@@ -415,7 +421,7 @@ class Reporter:
         )
         report = self._across_ranks(report)
         report = self._diagnose(report)
-        self._emit(report)
+        interrupted = self._emit(report)
         ended = _state.now()
         self._last_flush_ns = ended - entered
         # in no region of the thread that ends the steps, this flush (and its barrier's wait)
@@ -423,6 +429,8 @@ class Reporter:
         in_steps = not open_now and threading.get_ident() == registry.stepping_ident()
         self._flush_in_steps_ns = ended - began if in_steps else 0
         observe.record_span(FLUSH_SPAN, began, ended)  # the trace's next write shows it
+        if interrupted is not None:
+            raise interrupted
         return report
 
     def _across_ranks(self, report: Report) -> Report:
@@ -456,14 +464,20 @@ class Reporter:
         ``None`` when the reporter does not diagnose."""
         return None if self._diagnosis is None else self._diagnosis.summary()
 
-    def _emit(self, report: Report) -> None:
+    def _emit(self, report: Report) -> BaseException | None:
+        """Hand ``report`` to every sink that wants it. A sink that fails (in ``wants`` or
+        ``write``) is reported and skipped; a ``KeyboardInterrupt`` or ``SystemExit`` in one
+        is returned, to be raised once every other sink has the report."""
+        interrupted: BaseException | None = None
         for sink in self._sinks:
-            if not sink.wants(report.rank):
-                continue
             try:
-                sink.write(report)
+                if sink.wants(report.rank):
+                    sink.write(report)
             except Exception:
                 self._sink_failed(sink)
+            except BaseException as stop:  # Ctrl-C: the interval still reaches every sink
+                interrupted = interrupted or stop
+        return interrupted
 
     def _sink_failed(self, sink: Sink) -> None:
         if id(sink) not in self._failed:
@@ -486,10 +500,11 @@ class Reporter:
             return
         rank = report.rank if report is not None else summary.rank
         for sink in self._sinks:
-            if id(sink) in self._failed or not sink.wants(rank):
+            if id(sink) in self._failed:
                 continue
             try:
-                sink.write_summary(summary)
+                if sink.wants(rank):
+                    sink.write_summary(summary)
             except Exception:
                 self._sink_failed(sink)
 
@@ -549,6 +564,19 @@ class Reporter:
             f"Reporter(every={self.every!r}, normalizer={self.normalizer!r}, "
             f"level={self.level!r}, ranks={self.ranks!r}, sinks={len(self._sinks)})"
         )
+
+
+def _weakly(method: Callable[[], T]) -> Callable[[], T | None]:
+    """``method``, holding its object weakly (a call once it is gone does nothing): the
+    step counter holds its reporter's methods this way, so no reference cycle keeps a
+    dropped reporter alive, taking records, until the garbage collector runs."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> T | None:
+        bound = ref()
+        return None if bound is None else bound()
+
+    return call
 
 
 def _warn_unmeasured(
