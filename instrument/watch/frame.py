@@ -68,16 +68,19 @@ def _rank_order(track: Track) -> tuple[int, str]:
 
 
 def _title(tracks: Sequence[Track], shown: Sequence[Track], status: str) -> str:
-    names = [str(track.path) for track in tracks] or ["(no file yet)"]
-    parts = ["instrument watch", names[0] + (f" (+{len(names) - 1} files)" if names[1:] else "")]
+    """``instrument watch · <status> · report #12 · step 120 · 4 ranks · run.jsonl``: the
+    path last, where a narrow window crops it."""
+    parts = ["instrument watch", status]
     if shown:
         report = shown[0].last
         assert report is not None
-        parts.append(f"report #{report.index}")
-        parts.append(f"step {report.step}")
+        parts += [f"report #{report.index}", f"step {report.step}"]
         if report.world_size > 1:
             parts.append(f"{report.world_size} ranks")
-    return " · ".join([*parts, status])
+    if tracks:
+        more = f" (+{len(tracks) - 1} files)" if len(tracks) > 1 else ""
+        parts.append(f"{tracks[0].path}{more}")
+    return " · ".join(parts)
 
 
 def _findings(report: Report) -> list[Line]:

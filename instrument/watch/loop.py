@@ -133,7 +133,7 @@ def _status(
         return "running or stopped (no summary yet)"
     if idle is not None and quiet >= idle:
         return f"ended: no new report for {quiet:.0f} s (--idle {idle:g})"
-    return f"running · last report {quiet:.0f} s ago · Ctrl-C to quit"
+    return f"running, last report {quiet:.0f} s ago"
 
 
 @contextmanager
