@@ -13,6 +13,7 @@ import pty
 import select
 import signal
 import struct
+import subprocess
 import sys
 import termios
 import time
@@ -76,7 +77,13 @@ class Terminal:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         self.pid, self.fd = pid, fd
         self.output = b""
-        self.code: int | None = None
+
+    @classmethod
+    def attach(cls, pid: int, fd: int) -> Terminal:
+        """The terminal ``fd`` (the main side) of a process started otherwise."""
+        term = cls.__new__(cls)
+        term.pid, term.fd, term.output = pid, fd, b""
+        return term
 
     def read_until(self, done: Callable[[str], bool], timeout: float = 10.0) -> str:
         """Read the terminal until ``done(text so far)``; fail after ``timeout`` seconds."""
@@ -276,3 +283,43 @@ def test_slowest_rank_of_several_files(tmp_path: Path) -> None:
     assert "slowest rank: 1: 40.00 ms per step outside collectives vs 20.00 ms on rank 0" in text
     assert "by rank: 1 40.00 · 2 22.00 · 0 20.00" in text
     assert "3 ranks" in text.splitlines()[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("plain", [False, True], ids=["rich", "plain"])
+def test_watch_a_real_training_run(tmp_path: Path, plain: bool) -> None:
+    """examples/train_lm.py writes its JSONL while ``watch`` (its own process, on a
+    pseudo-terminal) follows it, and ends when the run does."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    main, child = os.openpty()
+    fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    command = [sys.executable, "-m", "instrument", "watch", "run.jsonl", "--interval", "0.2"]
+    watcher = subprocess.Popen(command + (["--plain"] if plain else []), cwd=tmp_path,
+                               env=env, stdin=child, stdout=child, stderr=child)  # fmt: skip
+    os.close(child)
+    term = Terminal.attach(watcher.pid, main)  # read it, not wait for it
+    script = str(root / "examples" / "train_lm.py")
+    train = [sys.executable, script, "--steps", "12", "--every", "3", "--layers", "1",
+             "--device", "cpu", "--jsonl", "run.jsonl"]  # fmt: skip
+    trainer = subprocess.Popen(train, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL)
+    try:
+        assert trainer.wait(timeout=240) == 0
+        deadline = time.monotonic() + 30
+        while watcher.poll() is None and time.monotonic() < deadline:
+            term.pump(0.1)
+        while term.pump(0.05) and select.select([main], [], [], 0)[0]:
+            pass
+    finally:
+        trainer.kill()
+        watcher.kill()
+        trainer.wait()
+        os.close(main)
+    assert watcher.wait() == 0
+    text = term.text
+    assert "waiting for" in text  # started before the file existed
+    assert "verdict:" in text
+    assert "ms/step" in text
+    assert "ended (summary written)" in text
+    assert "Traceback" not in text
