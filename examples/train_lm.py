@@ -6,6 +6,7 @@ attention block), backward, optimizer, zero_grad, and (other); above it, samples
 tokens/s, TFLOP/s (MFU on a known GPU) and memory.
 
 python examples/train_lm.py [--steps 30] [--every 10] [--device cpu|cuda] [--backward-modules]
+    [--jsonl run.jsonl]   (also write the reports there: python -m instrument watch run.jsonl)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 import instrument
+from instrument.sinks import JSONL
 
 
 class TransformerLM(nn.Module):
@@ -66,6 +68,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backward-modules", action="store_true", help="per-module backward")
+    parser.add_argument("--jsonl", metavar="PATH", help="also write the reports to this file")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -83,6 +86,7 @@ def main() -> None:
         dataloader=loader,
         backward="modules" if args.backward_modules else True,
         flops_per_step="auto",  # counted once, on the second step: TFLOP/s and MFU
+        sinks=None if args.jsonl is None else [instrument.sinks.Console(), JSONL(args.jsonl)],
     )
     for batch in loader:
         batch = batch.to(device, non_blocking=True)

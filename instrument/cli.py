@@ -610,6 +610,17 @@ def html_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- watch --------------------------------------------------------------------------------
+
+
+def watch(args: argparse.Namespace) -> int:
+    """Redraw the run's live view while its JSONL files grow (see instrument.watch)."""
+    from instrument.watch import watch as live_view
+
+    return live_view(args.paths, interval=args.interval, idle=args.idle, once=args.once,
+                     top=args.top, plain=args.plain)  # fmt: skip
+
+
 # -- arguments ----------------------------------------------------------------------------
 
 
@@ -750,6 +761,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="ignore changes smaller than PCT percent of the base's step time (default: 2)",
     )  # fmt: skip
     html_cmd.set_defaults(run=html_report)
+
+    watch_cmd = commands.add_parser(
+        "watch", help="a live view of a running job: verdict, step time, top regions, ranks"
+    )
+    watch_cmd.add_argument(
+        "paths", nargs="+", metavar="path", help="JSONL files of the run (one or several ranks')"
+    )
+    watch_cmd.add_argument("--once", action="store_true", help="draw one frame and exit")
+    watch_cmd.add_argument(
+        "--idle", type=_number(0.0, inclusive=False), metavar="SECONDS",
+        help="also end when no file got a report for SECONDS (default: wait for the summary)",
+    )  # fmt: skip
+    watch_cmd.add_argument(
+        "--interval", type=_number(0.0, inclusive=False), default=1.0, metavar="SECONDS",
+        help="seconds between refreshes (default: 1)",
+    )  # fmt: skip
+    watch_cmd.add_argument(
+        "--top", type=_positive_int, default=8, metavar="K", help="regions shown (default: 8)"
+    )
+    watch_cmd.add_argument(
+        "--plain", action="store_true", help="plain ANSI redraw even when rich is installed"
+    )
+    watch_cmd.set_defaults(run=watch)
     return parser
 
 

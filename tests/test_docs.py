@@ -82,6 +82,7 @@ SLOW_DOCS = {
     "migration.md",
     "sinks.md",
     "testing.md",
+    "watch.md",
 }
 
 
