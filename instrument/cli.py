@@ -1,7 +1,7 @@
-"""The command line: ``python -m instrument show | summary | diff | plot | html``.
+"""The command line: ``python -m instrument show | summary | watch | diff | plot | html``.
 
 They read JSONL files. ``show`` prints a report's tree, ``summary`` the run's verdict and
-findings, ``diff`` finds the regions that got slower between two runs beyond their noise
+findings, ``watch`` follows a running job's files live, ``diff`` finds the regions that got slower between two runs beyond their noise
 (``--fail-above`` for CI), ``plot`` draws the costliest regions' time per step over a run,
 ``html`` writes one self-contained page to explore it. Problems are printed as
 ``instrument: error: <what>`` with exit code 2.
@@ -657,7 +657,7 @@ def _number(minimum: float, inclusive: bool) -> Callable[[str], float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``instrument`` argument parser with its three commands."""
+    """The ``instrument`` argument parser and its commands."""
     parser = argparse.ArgumentParser(
         prog="instrument",
         description="View, compare and plot instrument report files (JSONL).",
