@@ -22,12 +22,11 @@ from typing import Any
 from instrument import diffstats
 from instrument.diffstats import Shift
 from instrument.reading import ReportFileError, locate, read_file
-from instrument.report import FLUSH_ROW, Report
+from instrument.report import FLUSH_ROW, OTHER_ROW, Report
 from instrument.sinks.console import Console
 
 PLOT_HINT = 'plot needs matplotlib: pip install "torch-instrument[plot]"'
 STEP_ROW = "(step)"  # the step time itself
-OTHER_ROW = "(other)"  # step time no top-level region covered
 REST_ROW = "other regions"  # the plot's regions outside the top K
 FEW_REPORTS = 3  # fewer reports per run after warm-up cannot show its noise
 #: Labels the CLI draws itself; a region named like one is shown quoted (see shown_name).

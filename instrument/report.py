@@ -15,6 +15,8 @@ from instrument.throughput import Throughput
 FORMAT_VERSION = 1
 #: The line that shows a report's ``flush_time`` (trees, tables, charts).
 FLUSH_ROW = "(instrument flush)"
+#: The line of the step time that no top-level region covered.
+OTHER_ROW = "(other)"
 
 #: ``Report.render``'s implementation: :func:`instrument.tree.render_text`, which registers
 #: itself when imported (``import instrument`` does), so the model never imports its renderer.

@@ -34,3 +34,21 @@ def test_region_names_with_control_characters_are_refused(name: str) -> None:
 def test_printable_names_with_spaces_and_unicode_are_fine() -> None:
     instrument.timed("forward pass")
     instrument.timed("étape · 1")
+
+
+@pytest.mark.parametrize("name", ["(other)", "(overflow)", "(instrument flush)"])
+def test_the_names_of_instrument_s_own_rows_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="reserved for instrument's own rows"):
+        instrument.timed(name)
+    with pytest.raises(ValueError, match="reserved"):
+        instrument.timer(name)
+    with pytest.raises(ValueError, match="reserved"):
+        instrument.timed(name)(lambda: None)
+    instrument.timed(f"{name} of mine")  # only the exact names
+
+
+def test_a_name_that_is_not_valid_text_is_refused() -> None:
+    name = b"load_\xff.bin".decode("utf-8", "surrogateescape")  # a non-UTF-8 file name
+    with pytest.raises(ValueError, match="not valid text"):
+        instrument.timed(name)
+    instrument.timed(b"load_\xff.bin".decode("utf-8", "replace"))

@@ -7,9 +7,9 @@ import statistics
 from dataclasses import dataclass
 
 from instrument.distributed.stragglers import is_collective
-from instrument.report import Node, RankStats, Report
+from instrument.report import OTHER_ROW, Node, RankStats, Report
 
-OTHER = "(other)"
+OTHER = OTHER_ROW
 #: A top-level region named like a step (:data:`STEP_NAME`) that covers at least this share
 #: of the step is the step itself (a user's ``with timed("train_step")``): its children are
 #: the phases.

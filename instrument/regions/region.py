@@ -20,7 +20,8 @@ from instrument import _fields, _state, clocks, observe, registry
 from instrument._warn import warn_once
 from instrument.regions import native
 from instrument.regions.frames import Frame, _close, _get, _set, _unlink
-from instrument.registry import CHUNK, fold
+from instrument.registry import CHUNK, OVERFLOW, fold
+from instrument.report import FLUSH_ROW, OTHER_ROW
 
 F = TypeVar("F", bound=Callable[..., Any])
 CPU = "cpu"
@@ -37,8 +38,13 @@ def _decorators_not_imported(func: Any, region: Region) -> Any:
 decorate: Callable[[Any, Region], Any] = _decorators_not_imported
 
 
+#: The names of instrument's own rows, which no region may take.
+RESERVED_NAMES = (OTHER_ROW, FLUSH_ROW, OVERFLOW)
+
+
 def check_name(name: object) -> str:
-    """Validate a region name: a non-empty string without '/' or control characters."""
+    """Validate a region name: a non-empty string of valid text without '/' or control
+    characters, and not one of instrument's own rows."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"region name must be a non-empty string, got {name!r}")
     if any(unicodedata.category(c) == "Cc" for c in name):
@@ -51,6 +57,19 @@ def check_name(name: object) -> str:
             f"region name {name!r} contains '/'; '/' separates path levels, "
             "so nest regions instead (timed('a') around timed('b') records 'a/b')"
         )
+    if name in RESERVED_NAMES:
+        raise ValueError(
+            f"region name {name!r} is reserved for instrument's own rows "
+            f"({', '.join(map(repr, RESERVED_NAMES))}); pick another name"
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"region name {name!r} is not valid text (a lone surrogate, as from a file name "
+            "that is not UTF-8, which no report could print); decode it with "
+            "errors='replace' first"
+        ) from None
     return name
 
 
