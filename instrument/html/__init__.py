@@ -20,6 +20,7 @@ import gzip
 import html
 import json
 import math
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -208,6 +209,17 @@ class DiffRow:
     verdict: str
 
 
+def file_label(path: str, other: str = "") -> str:
+    """How the page names a run file: its base name, so no machine's folders show in a
+    page someone shares (with its folder when ``other``, the file it is compared with,
+    has the same base name)."""
+    name = os.path.basename(path) or path
+    if os.path.basename(other) != name:
+        return name
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return f"{folder}/{name}" if folder else name
+
+
 def page_data(
     reports: Sequence[Report],
     *,
@@ -237,7 +249,7 @@ def page_data(
     return {
         "version": 1,
         "title": title,
-        "run": run_name,
+        "run": file_label(run_name),
         "rank": rank,
         "per": "step" if any(r.steps for r in reports) else "report",
         "paths": names,
@@ -269,8 +281,8 @@ def diff_data(
         return rank, -(own[row.path] if rank == 0 else abs(delta[row.path]))
 
     return {
-        "a": a,
-        "b": b,
+        "a": file_label(a, b),
+        "b": file_label(b, a),
         "per": per,
         "threshold": threshold,
         "floor_ms": _ms(floor),
