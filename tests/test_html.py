@@ -8,7 +8,6 @@ import dataclasses
 import gzip
 import itertools
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -25,7 +24,6 @@ from instrument.sinks.jsonl import JSONL
 from instrument.stats import Stats
 from instrument.testing import FakeClock, use_clock
 
-ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 BASE = {"data": 0.002, "forward": {"embed": 0.001, "encoder": 0.006, "head": 0.002},
@@ -453,15 +451,13 @@ def test_the_page_in_chromium(
         f"rank {SLOW_RANK} in forward/encoder" in browser.find_element(By.ID, "straggler-list").text
     )
 
-    # back out, then a picture for the docs
+    # back out, then a picture
     browser.find_element(By.ID, "unzoom").click()
     assert browser.find_element(By.ID, "crumb").text == ""
     ActionChains(browser).move_by_offset(0, 0).perform()
     browser.execute_script("document.getElementById('tip').hidden = true")
     browser.save_screenshot(str(tmp_path / "report.png"))
     assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
-    if os.environ.get("INSTRUMENT_UPDATE_DOCS"):  # regenerate docs/img/html_report.png
-        browser.save_screenshot(str(ROOT / "docs" / "img" / "html_report.png"))
 
 
 @pytest.mark.slow

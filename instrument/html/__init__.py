@@ -5,10 +5,12 @@ no library) and the run's data, gzip-compressed and base64-encoded, unpacked in 
 browser by the built-in ``DecompressionStream`` — so it opens from a disk or a CI
 artifact and never touches the network. It shows the run's verdict and findings on top
 (:mod:`instrument.diagnosis`, as ``python -m instrument summary`` says them), the timing
-tree of any interval as an icicle (click to zoom), a timeline across intervals (step
-time, the top regions' self time stacked, throughput, MFU, memory), a rank-by-region
-heatmap with stragglers marked when the run gathered ``ranks="all"`` or ``"minmax"``,
-and with a base run the diff, regressions first, with their intervals.
+tree of any interval as an icicle (click to zoom), a timeline with one point per interval
+(the step time, or the zoomed region's, over its regions stacked; throughput, MFU,
+memory), a rank-by-region heatmap with stragglers marked when the run gathered
+``ranks="all"`` or ``"minmax"``, and with a base run the diff, regressions first, its
+noise behind a toggle. A search box and a switch that hides regions under 1 % of the
+step work on the whole page.
 
 Report fields are read defensively, so files written by older or newer versions work.
 """
