@@ -1,9 +1,10 @@
 """The command line: ``python -m instrument show | summary | watch | diff | plot | html``.
 
 They read JSONL files. ``show`` prints a report's tree, ``summary`` the run's verdict and
-findings, ``watch`` follows a running job's files live, ``diff`` finds the regions that got slower between two runs beyond their noise
-(``--fail-above`` for CI), ``plot`` draws the costliest regions' time per step over a run,
-``html`` writes one self-contained page to explore it. Problems are printed as
+findings, ``watch`` follows a running job's files live, ``diff`` finds the regions that got
+slower between two runs beyond their noise (``--fail-above`` for CI), ``plot`` draws the
+costliest regions' time per step over a run, ``html`` writes one self-contained page to
+explore it. Problems are printed as
 ``instrument: error: <what>`` with exit code 2.
 """
 

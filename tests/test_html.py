@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import gzip
+import itertools
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -24,7 +24,6 @@ from instrument.sinks.jsonl import JSONL
 from instrument.stats import Stats
 from instrument.testing import FakeClock, use_clock
 
-ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 BASE = {"data": 0.002, "forward": {"embed": 0.001, "encoder": 0.006, "head": 0.002},
@@ -264,6 +263,23 @@ def test_bad_output_and_missing_base_are_named(
     assert "no such file" in capsys.readouterr().err
 
 
+def test_the_page_names_files_by_their_base_name(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = make_page(capsys, files["slow"], tmp_path / "r.html", "--base", files["base"])
+    assert data["run"] == "slow.jsonl"
+    assert (data["diff"]["a"], data["diff"]["b"]) == ("base.jsonl", "slow.jsonl")
+    assert str(tmp_path) not in (tmp_path / "r.html").read_text()
+
+
+def test_two_files_of_one_name_are_told_apart_by_their_folder() -> None:
+    from instrument import html
+
+    assert html.file_label("/x/a/run.jsonl", "/x/b/run.jsonl") == "a/run.jsonl"
+    assert html.file_label("/x/a/run.jsonl", "/x/b/base.jsonl") == "run.jsonl"
+    assert html.file_label("run.jsonl") == "run.jsonl"
+
+
 # -- the page in a real browser -----------------------------------------------------------
 
 
@@ -435,15 +451,13 @@ def test_the_page_in_chromium(
         f"rank {SLOW_RANK} in forward/encoder" in browser.find_element(By.ID, "straggler-list").text
     )
 
-    # back out, then a picture for the docs
+    # back out, then a picture
     browser.find_element(By.ID, "unzoom").click()
     assert browser.find_element(By.ID, "crumb").text == ""
     ActionChains(browser).move_by_offset(0, 0).perform()
     browser.execute_script("document.getElementById('tip').hidden = true")
     browser.save_screenshot(str(tmp_path / "report.png"))
     assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
-    if os.environ.get("INSTRUMENT_UPDATE_DOCS"):  # regenerate docs/img/html_report.png
-        browser.save_screenshot(str(ROOT / "docs" / "img" / "html_report.png"))
 
 
 @pytest.mark.slow
@@ -492,3 +506,187 @@ def test_numbers_too_large_for_json_are_left_out_not_a_crash(
     page = make_page(capsys, huge, tmp_path / "huge.html")
     json.dumps(page, allow_nan=False)  # raises on an infinity or a NaN anywhere in the page
     assert all(interval["tp"]["MFU %"] is None for interval in page["intervals"])
+
+
+# regions named up to 40 characters, one of them under 1 % of the step
+LONG = {
+    "data": 0.0002,
+    "a_forward_pass_region_named_in_forty_chr": {
+        "embedding_lookup_for_the_token_ids_here_": 0.008,
+        "encoder": 0.004,
+        "head": 0.002,
+    },
+    "backward": 0.012,
+    "optimizer": 0.003,
+}
+
+
+def icicle_nodes(driver: Any) -> list[dict[str, Any]]:
+    """Every bar of the icicle: path, row, x, width, fill, label, and the widths of its
+    full name and of its shortest cut label (measured by the browser)."""
+    result: list[dict[str, Any]] = driver.execute_script(
+        r"""
+        const svg = document.getElementById("icicle");
+        const probe = document.createElementNS("http://www.w3.org/2000/svg", "text");
+        svg.appendChild(probe);
+        const out = [...svg.querySelectorAll("g.node")].map((g) => {
+          const rect = g.querySelector("rect"), text = g.querySelector("text");
+          const path = g.dataset.path, name = path.slice(path.lastIndexOf("/") + 1);
+          probe.textContent = name;
+          const nameWidth = probe.getComputedTextLength();
+          probe.textContent = name[0] + "…";
+          const m = /translate\(([^,]+),([^)]+)\)/.exec(g.getAttribute("transform"));
+          return { path, x: Number(m[1]), row: Number(m[2]),
+                   width: Number(rect.getAttribute("width")), fill: getComputedStyle(rect).fill,
+                   label: text ? text.textContent : null,
+                   labelWidth: text ? text.getComputedTextLength() : 0, nameWidth,
+                   shortest: probe.getComputedTextLength(), aria: g.getAttribute("aria-label"),
+                   cls: g.getAttribute("class") };
+        });
+        probe.remove();
+        return out;
+        """
+    )
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_labels_colours_search_and_the_small_regions_switch_in_chromium(
+    browser: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    assert (
+        max(len(name) for name in [*LONG, *LONG["a_forward_pass_region_named_in_forty_chr"]]) == 40
+    )
+    write_run(tmp_path / "long.jsonl", LONG)
+    page = tmp_path / "long.html"
+    make_page(capsys, tmp_path / "long.jsonl", page)
+    open_page(browser, page)
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+    # labels: the whole name where it fits, cut with "…" only where it does not, and
+    # never wider than the bar; the full path is on the bar
+    nodes = [n for n in icicle_nodes(browser) if n["path"] != "(root)"]
+    by_path = {n["path"]: n for n in nodes}
+    forward = "a_forward_pass_region_named_in_forty_chr"
+    embed = f"{forward}/embedding_lookup_for_the_token_ids_here_"
+    for name in (forward, "backward", "optimizer", embed):
+        label = by_path[name]["label"]
+        assert label is not None
+        assert label.startswith(name.rpartition("/")[2]), (name, label)
+    for node in nodes:
+        assert node["aria"] == node["path"]
+        if node["label"]:
+            assert node["labelWidth"] <= node["width"] - 4, node
+            cut = node["label"].endswith("…")
+            assert cut == (node["nameWidth"] > node["width"] - 8), node
+        else:
+            assert node["shortest"] > node["width"] - 8, node  # only a sliver goes unlabelled
+
+    # colours: bars side by side differ, and so does a bar from the one above it
+    rows: dict[float, list[dict[str, Any]]] = {}
+    for node in nodes:
+        rows.setdefault(node["row"], []).append(node)
+    for row in rows.values():
+        row.sort(key=lambda n: n["x"])
+        for left, right in itertools.pairwise(row):
+            assert left["fill"] != right["fill"], (left["path"], right["path"])
+    for node in nodes:
+        parent = by_path.get(node["path"].rpartition("/")[0])
+        if parent is not None:
+            assert node["fill"] != parent["fill"], node["path"]
+
+    # search: the matching bars are marked, the others faded, and counted
+    search = browser.find_element(By.ID, "search")
+    search.send_keys("EMBEDDING")
+    marked = {n["path"]: n["cls"] for n in icicle_nodes(browser) if n["path"] != "(root)"}
+    assert "match" in marked.pop(embed).split()
+    assert all("dim" in cls.split() for cls in marked.values())
+    assert browser.find_element(By.ID, "search-count").text == "1 region"
+    search.clear()
+    search.send_keys(" ")  # an input event with an empty query
+    assert not any("dim" in n["cls"] or "match" in n["cls"] for n in icicle_nodes(browser))
+
+    # hide regions under 1 % of the step: data (0.2 ms of 31.7 ms) goes and comes back
+    assert "data" in shown_paths(browser)
+    switch = browser.find_element(By.ID, "hide-small")
+    switch.click()
+    assert "data" not in shown_paths(browser)
+    assert "backward" in shown_paths(browser)
+    switch.click()
+    assert "data" in shown_paths(browser)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_timeline_and_the_diff_noise_in_chromium(
+    browser: Any, files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    page = tmp_path / "report.html"
+    data = make_page(capsys, files["ranks"], page, "--base", files["base"])
+    open_page(browser, page)
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+    # the timeline: the step time, one point per report, the top-level regions stacked
+    def timeline() -> tuple[str, int, set[str]]:
+        chart = browser.find_element(By.CSS_SELECTOR, "#timeline .chart")
+        points = chart.find_elements(By.CSS_SELECTOR, "circle.point")
+        areas = {
+            a.get_attribute("data-series")
+            for a in chart.find_elements(By.CSS_SELECTOR, "path[fill-opacity]")
+        }
+        return chart.find_element(By.TAG_NAME, "h3").text, len(points), areas
+
+    title, points, areas = timeline()
+    assert title == "time per step (ms)"
+    assert points == len(data["intervals"]) == 6
+    assert {"forward", "backward", "optimizer", "data", "(instrument flush)"} <= areas
+    # zoomed into forward, it shows forward's parts
+    browser.find_element(By.CSS_SELECTOR, '#icicle g.node[data-path="forward"] rect').click()
+    title, points, areas = timeline()
+    assert (title, points) == ("time per step in forward (ms)", 6)
+    assert {"forward/embed", "forward/encoder", "forward/head"} <= areas
+    # a point picks that interval for the tree
+    browser.execute_script(
+        "const chart = document.querySelector('#timeline .chart');"
+        "const p = chart.querySelectorAll('circle.point')[1].getBoundingClientRect();"
+        "chart.querySelector('rect[fill=transparent]').dispatchEvent(new MouseEvent('click',"
+        " {clientX: p.x + p.width / 2, clientY: p.y, bubbles: true}));"
+    )
+    assert browser.find_element(By.ID, "interval").get_attribute("value") == "1"
+
+    # the diff: only the regions that changed beyond the noise, the rest behind a toggle
+    def diff_rows() -> list[str]:
+        return [
+            tr.get_attribute("data-path")
+            for tr in browser.find_elements(By.CSS_SELECTOR, "#diff-table tbody tr")
+        ]
+
+    changed = [row["p"] for row in data["diff"]["rows"] if row["v"]]
+    assert diff_rows() == changed == ["forward/encoder", "(step)", "forward"]
+    toggle = browser.find_element(By.ID, "show-noise")
+    assert (
+        f"show the {len(data['diff']['rows']) - 3} rows"
+        in browser.find_element(By.CSS_SELECTOR, ".diff-controls").text
+    )
+    toggle.click()
+    assert diff_rows() == [row["p"] for row in data["diff"]["rows"]]
+    browser.find_element(By.ID, "search").send_keys("encoder")
+    marked = {
+        tr.get_attribute("data-path"): tr.get_attribute("class")
+        for tr in browser.find_elements(By.CSS_SELECTOR, "#diff-table tbody tr")
+    }
+    assert marked.pop("forward/encoder") == "slower match"
+    assert all(cls.endswith(" dim") for cls in marked.values())
+    assert (
+        browser.find_element(By.CSS_SELECTOR, '#heatmap text[data-path="forward"]').get_attribute(
+            "class"
+        )
+        == "dim"
+    )
+    browser.find_element(By.ID, "show-noise").click()
+    assert diff_rows() == ["forward/encoder", "(step)", "forward"]

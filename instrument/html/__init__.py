@@ -5,10 +5,12 @@ no library) and the run's data, gzip-compressed and base64-encoded, unpacked in 
 browser by the built-in ``DecompressionStream`` — so it opens from a disk or a CI
 artifact and never touches the network. It shows the run's verdict and findings on top
 (:mod:`instrument.diagnosis`, as ``python -m instrument summary`` says them), the timing
-tree of any interval as an icicle (click to zoom), a timeline across intervals (step
-time, the top regions' self time stacked, throughput, MFU, memory), a rank-by-region
-heatmap with stragglers marked when the run gathered ``ranks="all"`` or ``"minmax"``,
-and with a base run the diff, regressions first, with their intervals.
+tree of any interval as an icicle (click to zoom), a timeline with one point per interval
+(the step time, or the zoomed region's, over its regions stacked; throughput, MFU,
+memory), a rank-by-region heatmap with stragglers marked when the run gathered
+``ranks="all"`` or ``"minmax"``, and with a base run the diff, regressions first, its
+noise behind a toggle. A search box and a switch that hides regions under 1 % of the
+step work on the whole page.
 
 Report fields are read defensively, so files written by older or newer versions work.
 """
@@ -20,6 +22,7 @@ import gzip
 import html
 import json
 import math
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -208,6 +211,17 @@ class DiffRow:
     verdict: str
 
 
+def file_label(path: str, other: str = "") -> str:
+    """How the page names a run file: its base name, so no machine's folders show in a
+    page someone shares (with its folder when ``other``, the file it is compared with,
+    has the same base name)."""
+    name = os.path.basename(path) or path
+    if os.path.basename(other) != name:
+        return name
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return f"{folder}/{name}" if folder else name
+
+
 def page_data(
     reports: Sequence[Report],
     *,
@@ -237,7 +251,7 @@ def page_data(
     return {
         "version": 1,
         "title": title,
-        "run": run_name,
+        "run": file_label(run_name),
         "rank": rank,
         "per": "step" if any(r.steps for r in reports) else "report",
         "paths": names,
@@ -269,8 +283,8 @@ def diff_data(
         return rank, -(own[row.path] if rank == 0 else abs(delta[row.path]))
 
     return {
-        "a": a,
-        "b": b,
+        "a": file_label(a, b),
+        "b": file_label(b, a),
         "per": per,
         "threshold": threshold,
         "floor_ms": _ms(floor),

@@ -2,12 +2,19 @@
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
-const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
-  "#ff9da7", "#9c755f", "#5778a4", "#e49444", "#6a9f58", "#d1615d", "#85b6b2", "#e7ca60"];
+// well-separated hues for the top-level regions; a region below takes its parent's hue,
+// turned by its place among its siblings, and a lightness by its depth, so neighbours differ
+const HUES = [212, 28, 140, 354, 268, 184, 46, 320, 96, 10];
+const TURN = [0, 24, -24, 12, -12, 36, -36];
+const LIGHT = [50, 60, 70, 78];
 const REST_COLOR = "#8d96a6";   // "other regions": regions outside the top ones
 const OTHER_COLOR = "#d6dae1";  // "(other)": step time no region covered
 const FLUSH_COLOR = "#b8aa8e";  // "(instrument flush)": the previous report's own time
 const FLUSH_ROW = "(instrument flush)";
+const SMALL = 0.01;  // "hide regions under 1 % of the step"
+
+// a search: every word of the query in the path, in any case
+const matches = (path, query) => query.toLowerCase().split(/\s+/).every((word) => path.toLowerCase().includes(word));
 
 function el(name, attrs, parent) {
   const node = document.createElementNS(SVG, name);
@@ -44,13 +51,63 @@ function signed(value, digits) {
   return (value > 0 ? "+" : "") + text;
 }
 
-const colorOf = (() => {
-  const assigned = new Map();
-  return (path) => {
-    if (!assigned.has(path)) assigned.set(path, PALETTE[assigned.size % PALETTE.length]);
-    return assigned.get(path);
+// each path's colour as [hue, saturation, lightness], fixed for the whole page: siblings are
+// placed in order of their time over the run, as the icicle places them
+function assignColors(data) {
+  const totals = new Array(data.paths.length).fill(0);
+  for (const iv of data.intervals) for (const row of iv.d) totals[row[0]] += row[1] || 0;
+  const children = new Map();
+  data.parents.forEach((parent, i) => {
+    if (!children.has(parent)) children.set(parent, []);
+    children.get(parent).push(i);
+  });
+  const colors = new Map();
+  const pending = [[-1, null, 0]];
+  while (pending.length) {
+    const [parent, base, depth] = pending.pop();
+    const kids = (children.get(parent) || []).sort((a, b) => totals[b] - totals[a]);
+    kids.forEach((i, k) => {
+      const hue = base === null ? HUES[k % HUES.length] : (base[0] + TURN[k % TURN.length] + 360) % 360;
+      const light = LIGHT[depth % LIGHT.length] - (base !== null && k % 2 ? 5 : 0);
+      const color = [hue, base === null && k >= HUES.length ? 45 : 62, light];
+      colors.set(data.paths[i], color);
+      pending.push([i, color, depth + 1]);
+    });
+  }
+  return colors;
+}
+
+let COLORS = new Map();
+const hsl = ([h, s, l]) => `hsl(${h}, ${s}%, ${l}%)`;
+const colorOf = (path) => hsl(COLORS.get(path) || [215, 15, 62]);
+// a region's own time (its "(self)" row): a lighter shade of the region's colour
+const selfColorOf = (path) => {
+  const [h, s, l] = COLORS.get(path) || [215, 15, 62];
+  return hsl([h, s, Math.min(l + 16, 90)]);
+};
+
+// the widest label that fits: the full text, else the name, else the name cut with "…"
+const measure = (() => {
+  let context = null;
+  return (text) => {
+    if (!context) {
+      context = document.createElement("canvas").getContext("2d");
+      context.font = `11px ${getComputedStyle(document.body).fontFamily}`;
+    }
+    return context.measureText(text).width;
   };
 })();
+
+function fitLabel(choices, width) {
+  for (const text of choices) if (measure(text) <= width) return text;
+  const name = choices[choices.length - 1];
+  let lo = 0, hi = name.length - 1;  // the longest prefix that fits with its "…"
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (measure(name.slice(0, mid) + "…") <= width) lo = mid; else hi = mid - 1;
+  }
+  return lo > 0 ? name.slice(0, lo) + "…" : "";
+}
 
 async function unpack() {
   const text = document.getElementById("data").textContent.trim();
@@ -154,35 +211,36 @@ function drawIcicle(data, state) {
   const width = Math.max(svg.clientWidth || 0, 600), rowH = 24;
   const ancestors = [];
   for (let node = focus.parent; node; node = node.parent) ancestors.unshift(node);
+  const stepTotal = root.total || 1;
+  const shown = (node) => !state.hideSmall || node.total >= SMALL * stepTotal;
   let maxDepth = 0;
   for (const pending = [focus]; pending.length;) {
     const node = pending.pop();
     maxDepth = Math.max(maxDepth, node.depth);
-    for (const child of node.children) pending.push(child);
+    for (const child of node.children) if (shown(child)) pending.push(child);
   }
   const rows = ancestors.length + (maxDepth - focus.depth) + 1;
   svg.setAttribute("viewBox", `0 0 ${width} ${rows * rowH}`);
   svg.setAttribute("height", rows * rowH);
-  const stepTotal = root.total || 1;
+  const query = state.query;
   const place = (node, x, w, row, cls) => {
     const kind = (node.other ? " other" : "") + (node.flush ? " flush" : "");
-    const g = el("g", { class: "node" + (cls ? " " + cls : "") + kind,
-      "data-path": node.path || "(root)", transform: `translate(${x},${row * rowH})` }, svg);
-    const fill = node.flush ? FLUSH_COLOR : node.other ? OTHER_COLOR : node.path === "" ? "#9aa5b8" : colorOf(node.path.split("/")[0]);
+    const found = query && node.path !== "" ? (matches(node.path, query) ? " match" : " dim") : "";
+    const g = el("g", { class: "node" + (cls ? " " + cls : "") + kind + found,
+      "data-path": node.path || "(root)", "aria-label": node.path || root.name,
+      transform: `translate(${x},${row * rowH})` }, svg);
+    const fill = node.flush ? FLUSH_COLOR : node.other ? OTHER_COLOR : node.path === "" ? "#9aa5b8" : colorOf(node.path);
     el("rect", { width: Math.max(w, 0.5), height: rowH - 1, fill, rx: 2 }, g);
-    if (w > 40) {
-      const label = el("text", { x: 4, y: rowH / 2 + 4 }, g);
-      const open = node.open ? " (open)" : "";
-      const text = `${node.name}${open} · ${fmt(node.total)}`;
-      label.textContent = text.length * 6.2 > w - 6 ? node.name.slice(0, Math.max(Math.floor((w - 8) / 6.2), 1)) : text;
-    }
+    const name = node.name + (node.open ? " (open)" : "");
+    const text = w > 12 ? fitLabel([`${name} · ${fmt(node.total)}`, name], w - 8) : "";
+    if (text) el("text", { x: 4, y: rowH / 2 + 4 }, g).textContent = text;
     g.addEventListener("mousemove", (event) => showTip(event, nodeRows(node, stepTotal, data.per),
       node.path || root.name));
     g.addEventListener("mouseleave", hideTip);
     g.addEventListener("click", () => {
       state.focus = node === focus ? (node.parent ? node.parent.path : "") : node.path;
       if (node.other) state.focus = "";
-      drawIcicle(data, state);
+      state.redraw();
     });
     return g;
   };
@@ -200,7 +258,7 @@ function drawIcicle(data, state) {
     let cursor = x;
     for (const kid of kids) {
       const kw = kid.total * scale;
-      placed.push([kid, cursor, kw, row + 1]);
+      if (shown(kid)) placed.push([kid, cursor, kw, row + 1]);
       cursor += kw;
     }
     for (let i = placed.length - 1; i >= 0; i--) pending.push(placed[i]);
@@ -262,6 +320,12 @@ function chart(parent, title, xs, series, options) {
     el("text", { x: sx(x), y: H - 6, "text-anchor": "middle" }, svg).textContent = String(x);
   }
   const base = new Array(n).fill(0);
+  const points = (values, color, name) => values.forEach((v, i) => {
+    if (v === null || v === undefined) return;
+    el("circle", { cx: sx(xs[i]), cy: sy(v), r: i === options.current ? 4.5 : 2.5, fill: color,
+      class: "point" + (i === options.current ? " current" : ""), "data-series": name, "data-index": i }, svg);
+  });
+  const faded = (s) => options.query && s.path && !matches(s.path, options.query);
   for (const s of series) {
     const upper = s.values.map((v, i) => (stacked ? base[i] : 0) + (v || 0));
     if (stacked || n > 1) {
@@ -270,20 +334,21 @@ function chart(parent, title, xs, series, options) {
         upper.forEach((v, i) => { d += (i ? "L" : "M") + sx(xs[i]) + "," + sy(v); });
         for (let i = n - 1; i >= 0; i--) d += "L" + sx(xs[i]) + "," + sy(base[i]);
         if (n === 1) d = `M${sx(xs[0]) - 20},${sy(upper[0])}h40V${sy(base[0])}h-40Z`;
-        el("path", { d: d + "Z", fill: s.color, "fill-opacity": 0.85, "data-series": s.name }, svg);
+        el("path", { d: d + "Z", fill: s.color, "fill-opacity": faded(s) ? 0.2 : 0.9, "data-series": s.name,
+          class: options.query && !faded(s) && s.path ? "match" : "" }, svg);
       } else {
         upper.forEach((v, i) => { d += (i ? "L" : "M") + sx(xs[i]) + "," + sy(v); });
         el("path", { d, fill: "none", stroke: s.color, "stroke-width": 2, "data-series": s.name }, svg);
       }
-    } else {
-      el("circle", { cx: sx(xs[0]), cy: sy(upper[0]), r: 3, fill: s.color }, svg);
     }
+    if (!stacked) points(s.values, s.color, s.name);
     if (stacked) upper.forEach((v, i) => { base[i] = v; });
   }
   if (options && options.line) {
     let d = "";
     options.line.values.forEach((v, i) => { if (v !== null) d += (d ? "L" : "M") + sx(xs[i]) + "," + sy(v); });
     el("path", { d, fill: "none", stroke: "#1d2330", "stroke-width": 1.5, "data-series": options.line.name }, svg);
+    points(options.line.values, "#1d2330", options.line.name);
   }
   const hover = el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "transparent" }, svg);
   const nearest = (event) => {
@@ -312,6 +377,14 @@ function chart(parent, title, xs, series, options) {
   return box;
 }
 
+// each region's total per interval, computed once per interval
+function totalsOf(interval) {
+  if (!interval.totals) interval.totals = new Map(interval.d.map((row) => [row[0], row[1] || 0]));
+  return interval.totals;
+}
+
+// the time of the tree's focus (the step, or the region the tree is zoomed into) over the
+// intervals: its total as a line with one point per interval, its top regions stacked below
 function drawTimeline(data, state, pick) {
   const root = document.getElementById("timeline");
   root.replaceChildren();
@@ -319,31 +392,41 @@ function drawTimeline(data, state, pick) {
   const xlabel = data.per === "step" ? "step" : "report";
   const xs = ivs.map((iv) => (data.per === "step" ? iv.s : iv.i));
   const charts = html("div", { class: "charts" }, null, root);
-  // top regions by self time over the run
-  const overall = new Map();
-  for (const iv of ivs) for (const [i, self] of selfTimes(data, iv)) {
-    if (data.concurrent[i]) continue;
-    overall.set(i, (overall.get(i) || 0) + self);
+  const focus = state.focus === "" ? -1 : data.paths.indexOf(state.focus);
+  const kids = [];
+  data.parents.forEach((parent, i) => { if (parent === focus && !data.concurrent[i]) kids.push(i); });
+  const covered = (iv) => kids.reduce((sum, i) => sum + (totalsOf(iv).get(i) || 0), 0);
+  const totals = ivs.map((iv) => (focus >= 0 ? totalsOf(iv).get(focus) ?? null
+    : iv.st !== null && iv.st !== undefined ? iv.st : covered(iv)));
+  const step = ivs.reduce((sum, iv) => sum + (iv.st || covered(iv)), 0);
+  const overall = new Map(kids.map((i) => [i, ivs.reduce((sum, iv) => sum + (totalsOf(iv).get(i) || 0), 0)]));
+  const ranked = kids.filter((i) => overall.get(i) > 0).sort((a, b) => overall.get(b) - overall.get(a));
+  const top = ranked.filter((i, k) => k < 8 && !(state.hideSmall && overall.get(i) < SMALL * step));
+  const series = top.map((i) => ({ name: data.paths[i], path: data.paths[i], color: colorOf(data.paths[i]),
+    values: ivs.map((iv) => totalsOf(iv).get(i) || 0) }));
+  const rest = ranked.filter((i) => !top.includes(i));
+  if (rest.length) {
+    series.push({ name: `other regions (${rest.length})`, color: REST_COLOR,
+      values: ivs.map((iv) => rest.reduce((sum, i) => sum + (totalsOf(iv).get(i) || 0), 0)) });
   }
-  const ranked = [...overall.entries()].filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
-  const top = ranked.slice(0, 8).map(([i]) => i);
-  const series = top.map((i) => ({ name: data.paths[i] + " (self)", color: colorOf(data.paths[i]),
-    values: ivs.map((iv) => selfTimes(data, iv).get(i) || 0) }));
-  if (ranked.length > top.length) {
-    const rest = new Set(ranked.slice(8).map(([i]) => i));
-    series.push({ name: "other regions (self)", color: REST_COLOR,
-      values: ivs.map((iv) => { let sum = 0; for (const [i, v] of selfTimes(data, iv)) if (rest.has(i)) sum += v; return sum; }) });
+  if (focus >= 0) {
+    const own = ivs.map((iv) => selfTimes(data, iv).get(focus) || 0);
+    if (own.some((v) => v > 0)) series.push({ name: `${state.focus} (self)`, path: state.focus, color: selfColorOf(state.focus), values: own });
+  } else {
+    if (ivs.some((iv) => iv.f)) series.push({ name: FLUSH_ROW, color: FLUSH_COLOR, values: ivs.map((iv) => iv.f || 0) });
+    if (ivs.some((iv) => iv.o)) series.push({ name: "(other): no region", color: OTHER_COLOR, values: ivs.map((iv) => iv.o || 0) });
   }
-  if (ivs.some((iv) => iv.f)) series.push({ name: FLUSH_ROW, color: FLUSH_COLOR, values: ivs.map((iv) => iv.f || 0) });
-  if (ivs.some((iv) => iv.o)) series.push({ name: "(other): no region", color: OTHER_COLOR, values: ivs.map((iv) => iv.o || 0) });
-  const stepLine = ivs.some((iv) => iv.st !== null && iv.st !== undefined)
-    ? { name: `${data.per} time`, values: ivs.map((iv) => (iv.st === undefined ? null : iv.st)) } : null;
-  chart(charts, `time per ${data.per}: self time of the top regions (ms)`, xs, series,
-    { stacked: true, line: stepLine, unit: fmt, xlabel, onPick: pick });
+  const name = focus >= 0 ? state.focus : `${data.per} time`;
+  chart(charts, focus >= 0 ? `time per ${data.per} in ${state.focus} (ms)` : `time per ${data.per} (ms)`, xs, series,
+    { stacked: true, line: { name, values: totals }, unit: fmt, xlabel, onPick: pick, current: state.interval,
+      query: state.query });
+  document.getElementById("timeline-hint").textContent = `One point per report. The line is the ${focus >= 0 ? "region's" : data.per} time; ` +
+    `below it, ${focus >= 0 ? "its" : "the top-level"} regions stacked, largest first. Click a point to see that interval's tree; ` +
+    "zoom the tree into a region to see its parts here.";
   const metric = (title, get, unit) => {
     const values = ivs.map(get);
     if (!values.some((v) => v !== null && v !== undefined)) return;
-    chart(charts, title, xs, [{ name: title, color: "#4e79a7", values }], { unit, xlabel, onPick: pick });
+    chart(charts, title, xs, [{ name: title, color: "#4e79a7", values }], { unit, xlabel, onPick: pick, current: state.interval });
   };
   for (const key of ["samples/s", "tokens/s", "steps/s"]) {
     if (ivs.some((iv) => iv.tp && iv.tp[key])) { metric("throughput: " + key, (iv) => (iv.tp ? iv.tp[key] : null), (v) => num(v, 1)); break; }
@@ -372,7 +455,8 @@ function drawHeat(data) {
     el("text", { x: labelW + r * cell + cell / 2, y: 14, "text-anchor": "middle" }, svg).textContent = String(r);
   }
   rows.forEach((row, y) => {
-    el("text", { x: labelW - 6, y: 22 + y * rowH + 14, "text-anchor": "end" }, svg).textContent = row.p;
+    const label = el("text", { x: labelW - 6, y: 22 + y * rowH + 14, "text-anchor": "end", "data-path": row.p }, svg);
+    label.textContent = fitLabel([row.p], labelW - 10) || row.p;
     const present = row.v.filter((v) => v !== null).sort((a, b) => a - b);
     const mid = present.length ? present[Math.floor(present.length / 2)] : 0;
     row.v.forEach((v, r) => {
@@ -402,19 +486,39 @@ function drawHeat(data) {
 
 // -- diff ----------------------------------------------------------------------------------
 
-function drawDiff(data) {
+// a row worth reading: a verdict (slower, faster), or a region only one run has
+const changed = (row) => row.v !== "" || row.a === null || row.b === null;
+
+function drawDiff(data, state) {
   const diff = data.diff;
   if (!diff) return;
   document.getElementById("diff-section").hidden = false;
   const root = document.getElementById("diff");
+  root.replaceChildren();
   html("p", {}, `A (base): ${diff.a} · B: ${diff.b}. A region is called slower or faster when the whole 95 % interval of the change of its median over the reports lies beyond ${diff.threshold} % and it moved by at least ${fmt(diff.floor_ms)} per ${diff.per}; else it is noise.`, root);
+  const noise = diff.rows.filter((row) => !changed(row)).length;
+  const controls = html("p", { class: "diff-controls" }, null, root);
+  const toggle = html("label", {}, null, controls);
+  const box = html("input", { type: "checkbox", id: "show-noise" }, null, toggle);
+  box.checked = state.showNoise;
+  box.addEventListener("change", () => { state.showNoise = box.checked; drawDiff(data, state); });
+  toggle.appendChild(document.createTextNode(` show the ${noise} rows within the noise`));
+  const step = diff.rows.find((row) => row.p === "(step)");
+  const stepMs = step ? Math.max(step.a || 0, step.b || 0) : 0;
+  const rows = diff.rows.filter((row) => (state.showNoise || changed(row))
+    && !(state.hideSmall && stepMs > 0 && Math.max(row.a || 0, row.b || 0) < SMALL * stepMs));
+  if (!rows.length) {
+    html("p", { id: "diff-empty" }, `No region changed beyond the noise (${diff.rows.length} regions compared).`, root);
+    return;
+  }
   const table = html("table", { class: "data", id: "diff-table" }, null, root);
   const head = html("tr", {}, null, html("thead", {}, null, table));
   for (const title of ["region", `A per ${diff.per}`, `B per ${diff.per}`, "delta", "median change [95% CI]", "", "verdict"]) html("th", {}, title, head);
   const body = html("tbody", {}, null, table);
   const span = Math.max(50, ...diff.rows.filter((r) => r.hi !== null).map((r) => Math.min(Math.max(Math.abs(r.lo), Math.abs(r.hi)), 1000)));
-  for (const row of diff.rows) {
-    const tr = html("tr", { class: row.v || "noise", "data-path": row.p }, null, body);
+  for (const row of rows) {
+    const found = state.query ? (matches(row.p, state.query) ? " match" : " dim") : "";
+    const tr = html("tr", { class: (row.v || "noise") + found, "data-path": row.p }, null, body);
     html("td", {}, row.p, tr);
     html("td", {}, fmt(row.a), tr);
     html("td", {}, fmt(row.b), tr);
@@ -454,7 +558,26 @@ function drawVerdict(data) {
   section.hidden = false;
 }
 
+function drawAll(data, state, pick) {
+  drawIcicle(data, state);
+  drawTimeline(data, state, pick);
+  markHeat(state);
+  if (data.diff) drawDiff(data, state);
+  const count = document.getElementById("search-count");
+  if (!state.query) { count.textContent = ""; return; }
+  const found = data.paths.filter((path) => matches(path, state.query)).length;
+  count.textContent = found === 1 ? "1 region" : `${found} regions`;
+}
+
+// the search on the heatmap's rows
+function markHeat(state) {
+  for (const node of document.querySelectorAll("#heatmap [data-path]")) {
+    node.classList.toggle("dim", Boolean(state.query) && !matches(node.dataset.path, state.query));
+  }
+}
+
 function main(data) {
+  COLORS = assignColors(data);
   window.instrumentData = data;
   const ivs = data.intervals;
   const summary = document.getElementById("summary");
@@ -467,21 +590,24 @@ function main(data) {
   });
   let chosen = ivs.length - 1;
   while (chosen > 0 && data.per === "step" && !ivs[chosen].n) chosen--;
-  const state = { interval: chosen, focus: "" };
+  const state = { interval: chosen, focus: "", query: "", hideSmall: false, showNoise: false };
   select.value = String(chosen);
-  select.addEventListener("change", () => { state.interval = Number(select.value); drawIcicle(data, state); });
+  const pick = (i) => { state.interval = i; select.value = String(i); drawAll(data, state, pick); };
+  select.addEventListener("change", () => pick(Number(select.value)));
   document.getElementById("unzoom").addEventListener("click", () => {
     const { byPath } = buildTree(data, ivs[state.interval]);
     const node = byPath.get(state.focus);
     state.focus = node && node.parent ? node.parent.path : "";
-    drawIcicle(data, state);
+    drawAll(data, state, pick);
   });
-  const pick = (i) => { state.interval = i; select.value = String(i); drawIcicle(data, state); };
+  const search = document.getElementById("search");
+  search.addEventListener("input", () => { state.query = search.value.trim(); drawAll(data, state, pick); });
+  const small = document.getElementById("hide-small");
+  small.addEventListener("change", () => { state.hideSmall = small.checked; drawAll(data, state, pick); });
+  state.redraw = () => drawAll(data, state, pick);
   drawVerdict(data);
-  drawIcicle(data, state);
-  drawTimeline(data, state, pick);
   drawHeat(data);
-  drawDiff(data);
+  drawAll(data, state, pick);
   document.body.dataset.ready = "1";
 }
 
