@@ -13,10 +13,11 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from instrument.report import Node, Report
 from instrument.stats import Stats
@@ -105,6 +106,35 @@ def locate(path: str | os.PathLike[str], rank: int | None = None) -> Path:
     return per_rank[rank]
 
 
+#: The longest line read as a report (a report of 10,000 paths across 64 ranks is ~20 MB).
+MAX_LINE_BYTES = 256 * 2**20
+
+
+def open_report_file(path: str | os.PathLike[str]) -> IO[bytes]:
+    """``path`` opened for reading bytes: a regular file only (a FIFO nobody writes would
+    block the read forever, ``/dev/zero`` would never end a line)."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(21, "Is a directory", os.fspath(path))
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise ReportFileError(f"{os.fspath(path)}: {kind}, not a regular report file")
+    return open(path, "rb")
+
+
+def report_lines(file: IO[bytes], where: str, first: int = 1) -> Iterator[tuple[int, bytes]]:
+    """The lines of ``file`` with their numbers (from ``first``); a line longer than
+    :data:`MAX_LINE_BYTES` is a :class:`ReportFileError`, not a read until memory runs out."""
+    number = first
+    while raw := file.readline(MAX_LINE_BYTES + 1):
+        if len(raw) > MAX_LINE_BYTES:
+            raise ReportFileError(
+                f"{where}:{number}: a line over {MAX_LINE_BYTES // 2**20} MiB; not a report file"
+            )
+        yield number, raw
+        number += 1
+
+
 def read_file(path: str | os.PathLike[str]) -> ReportFile:
     """Every report in a JSONL file; blank lines are skipped.
 
@@ -117,8 +147,8 @@ def read_file(path: str | os.PathLike[str]) -> ReportFile:
     lines: list[int] = []
     incomplete: int | None = None
     try:
-        with open(path, "rb") as file:
-            for number, raw in enumerate(file, start=1):
+        with open_report_file(path) as file:
+            for number, raw in report_lines(file, name):
                 if not raw.strip():
                     continue
                 try:

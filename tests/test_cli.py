@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import instrument
-from instrument import cli
+from instrument import cli, reading
 from instrument.reading import ReportFileError, locate, read_file
 from instrument.sinks.jsonl import JSONL
 from instrument.testing import FakeClock, use_clock
@@ -735,3 +735,29 @@ def test_a_bug_on_some_input_exits_2_not_1(
         "instrument: error: internal error on this input (ZeroDivisionError: float division "
         "by zero); please report it with the file\n"
     )
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("command", [["show"], ["summary"], ["html", "-o", "page.html"],
+                                     ["watch", "--once"], ["diff", "/dev/zero"]])  # fmt: skip
+def test_special_files_end_in_an_error_not_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """A FIFO nobody writes would block the read forever, /dev/zero would never end a line."""
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a FIFO"), (Path("/dev/zero"), "a device or socket")):
+        code, out, err = run_cli(capsys, command[0], path, *command[1:])
+        assert (code, out) == (2, "")
+        assert err == f"instrument: error: {path}: {kind}, not a regular report file\n"
+
+
+def test_a_line_too_long_for_a_report_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reading, "MAX_LINE_BYTES", 2**20)
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(b"[" + b" " * 2**20 + b"]\n")
+    code, out, err = run_cli(capsys, "show", run)
+    assert (code, out) == (2, "")
+    assert err == f"instrument: error: {run}:1: a line over 1 MiB; not a report file\n"

@@ -17,7 +17,13 @@ from pathlib import Path
 from instrument.diagnosis.summary import RunSummary
 from instrument.diagnosis.trends import Series
 from instrument.diagnosis.view import View
-from instrument.reading import ReportFileError, parse_line, rank_files
+from instrument.reading import (
+    ReportFileError,
+    open_report_file,
+    parse_line,
+    rank_files,
+    report_lines,
+)
 from instrument.report import Report
 from instrument.sinks.files import summary_path
 
@@ -44,7 +50,7 @@ class Tail:
         """The new complete lines (line number, bytes), at most ``limit``, and whether the
         file started over (truncated or replaced) since the last read."""
         try:
-            with open(self.path, "rb") as file:
+            with open_report_file(self.path) as file:
                 stat = os.fstat(file.fileno())
                 identity = (stat.st_dev, stat.st_ino)
                 restarted = self._identity is not None and (
@@ -54,7 +60,7 @@ class Tail:
                     self.offset, self.line, self._identity = 0, 0, identity
                 file.seek(self.offset)
                 lines: list[tuple[int, bytes]] = []
-                for raw in file:
+                for _, raw in report_lines(file, str(self.path), self.line + 1):
                     if not raw.endswith(b"\n") or len(lines) >= limit:
                         break
                     self.offset += len(raw)
