@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import instrument
-from instrument import cli
+from instrument import cli, html
 from instrument.report import RankStats, Report
 from instrument.sinks.jsonl import JSONL
 from instrument.stats import Stats
@@ -189,6 +189,72 @@ def test_the_heatmap_marks_the_slow_rank(
     assert heat["stragglers"][0]["pct"] == pytest.approx(
         100 * (1.4 / 1.02 - 1), abs=0.1
     )  # median of 1, 1.01, 1.03, 1.4
+
+
+def _claiming(path: Path, out: Path, world: int, per_rank: int | None) -> list[Report]:
+    """The reports of ``path`` with each node's values across ranks replaced: ``per_rank``
+    ranks' values (rank 17 the slowest), or only a min and a max that name rank ``world - 1``
+    (a claim no value backs)."""
+    reports = [Report.from_dict(json.loads(line)) for line in path.read_text().splitlines()]
+    changed = []
+    for report in reports:
+        nodes = []
+        for node in report.nodes:
+            if per_rank is None:
+                values: tuple[float, ...] | None = None
+                low, high, argmax = node.total, node.total * 2, world - 1
+            else:
+                values = tuple(node.total * (3.0 if r == 17 else 1.0) for r in range(per_rank))
+                low, high, argmax = min(values), max(values), 17
+            ranks = RankStats(
+                rank_min=low, rank_max=high, rank_mean=(low + high) / 2, rank_argmin=0,
+                rank_argmax=argmax, ranks_present=2, per_rank=values,
+            )  # fmt: skip
+            nodes.append(dataclasses.replace(node, ranks=ranks))
+        changed.append(
+            dataclasses.replace(report, nodes=tuple(nodes), ranks="all", world_size=world)
+        )
+    sink = JSONL(out)
+    for report in changed:
+        sink.write(report)
+    sink.close()
+    return changed
+
+
+def test_a_claimed_rank_number_does_not_size_the_page(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A small file claiming rank 20,000,000 in a world of that size: two columns, the
+    ranks that hold values, not a list (or an SVG cell) per claimed rank."""
+    _claiming(files["base"], tmp_path / "claim.jsonl", 20_000_000, None)
+    page = tmp_path / "claim.html"
+    heat = make_page(capsys, tmp_path / "claim.jsonl", page)["heat"]
+    assert heat["labels"] == ["0", "19999999"]
+    assert page.stat().st_size < 200_000
+
+
+def test_many_ranks_share_the_heatmap_s_columns(files: dict[str, Path], tmp_path: Path) -> None:
+    reports = _claiming(files["base"], tmp_path / "many.jsonl", 300, 300)
+    heat = html.heatmap(reports, ["forward"])
+    assert heat is not None
+    assert len(heat["labels"]) == 100  # 300 ranks, 3 a column
+    assert heat["labels"][:2] == ["0-2", "3-5"]
+    assert [(s["p"], s["r"]) for s in heat["stragglers"]] == [("forward", 17)]  # exact rank
+    assert heat["rows"][0]["s"] == [5]  # its column, ranks 15-17
+
+
+def test_a_file_named_like_the_page_s_placeholders_stays_a_name(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "{{DATA}}{{TITLE}}.jsonl"
+    run.write_bytes(files["base"].read_bytes())
+    out = tmp_path / "page.html"
+    make_page(capsys, run, out)
+    page = out.read_text()
+    title = re.search("<title>(.*)</title>", page)
+    assert title is not None
+    assert "{{DATA}}{{TITLE}}.jsonl" in title.group(1)
+    assert len(title.group(1)) < 100  # the data blob was not pasted into it
 
 
 def test_stragglers_the_run_named_are_kept(files: dict[str, Path]) -> None:

@@ -23,6 +23,7 @@ import html
 import json
 import math
 import os
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,22 +115,22 @@ def _interval(report: Report, index: dict[str, int]) -> dict[str, Any]:
     return out
 
 
+#: At most this many columns in the heatmap: beyond, neighbouring ranks share one (their mean).
+MAX_COLUMNS = 128
+
+
 def heatmap(reports: Sequence[Report], paths: Sequence[str]) -> dict[str, Any] | None:
     """Each rank's mean time per step in each region over the run (``ranks="all"``), or
     the slowest and fastest rank's (``"minmax"``); stragglers: a rank more than
     :data:`STRAGGLER` above the median rank of a region, and (``reported``) the ones the
-    run named itself."""
+    run named itself. One column per rank that holds a value (whatever ``world_size`` or a
+    rank number claims), at most :data:`MAX_COLUMNS`: beyond, each column is the mean of
+    neighbouring ranks (``labels``: ``"0"``, or ``"0-7"``)."""
     gathered = [r for r in reports if any(n.ranks is not None for n in r.nodes)]
     if not gathered:
         return None
-    world = max(r.world_size for r in gathered)
-    for report in gathered:  # the ranks the values name, whatever world_size says
-        for node in report.nodes:
-            if node.ranks is not None:
-                world = max(world, len(node.ranks.per_rank or ()), node.ranks.rank_argmax + 1,
-                            node.ranks.rank_argmin + 1)  # fmt: skip
-    sums: dict[str, list[float]] = {}
-    seen: dict[str, list[int]] = {}
+    sums: dict[str, dict[int, float]] = {}
+    seen: dict[str, dict[int, int]] = {}
     for report in gathered:
         per_step, _ = _factors(report)
         for node in report.nodes:
@@ -141,36 +142,51 @@ def heatmap(reports: Sequence[Report], paths: Sequence[str]) -> dict[str, Any] |
                 values = {r: v for r, v in enumerate(ranks.per_rank) if v is not None}
             else:
                 values = {ranks.rank_argmin: ranks.rank_min, ranks.rank_argmax: ranks.rank_max}
-            row = sums.setdefault(node.path, [0.0] * world)
-            count = seen.setdefault(node.path, [0] * world)
+            row = sums.setdefault(node.path, {})
+            count = seen.setdefault(node.path, {})
             for rank, value in values.items():
-                if 0 <= rank < world:
-                    row[rank] += value * per_step
-                    count[rank] += 1
+                if rank >= 0:
+                    row[rank] = row.get(rank, 0.0) + value * per_step
+                    count[rank] = count.get(rank, 0) + 1
+    present = sorted({rank for row in seen.values() for rank in row})
+    width = -(-len(present) // MAX_COLUMNS)  # ranks per column
+    columns = [present[i : i + width] for i in range(0, len(present), width)]
+    column_of = {rank: i for i, column in enumerate(columns) for rank in column}
+    reported = reported_stragglers(reports)
     rows: list[dict[str, Any]] = []
     stragglers: list[dict[str, Any]] = []
     for path in paths:
         if path not in sums:
             continue
-        cells = [
-            None if n == 0 else _ms(total / n)
-            for total, n in zip(sums[path], seen[path], strict=True)
-        ]
-        present = [v for v in cells if v is not None]
-        rows.append({"p": path, "v": cells})
-        if len(present) < 2:
-            continue
-        middle = statistics.median(present)
-        for rank, cell in enumerate(cells):
-            if cell is not None and middle > 0 and cell > (1 + STRAGGLER) * middle:
-                stragglers.append({"p": path, "r": rank, "pct": 100.0 * (cell / middle - 1)})
+        means: dict[int, float] = {}
+        for rank, total in sums[path].items():
+            mean = _ms(total / seen[path][rank])
+            if mean is not None:
+                means[rank] = mean
+        cells: list[float | None] = []
+        for column in columns:
+            held = [means[rank] for rank in column if rank in means]
+            cells.append(sum(held) / len(held) if held else None)
+        flagged = {column_of[s["r"]] for s in reported
+                   if path in s["regions"] and s["r"] in column_of}  # fmt: skip
+        if len(means) >= 2:
+            middle = statistics.median(means.values())
+            for rank, mean in sorted(means.items()):
+                if middle > 0 and mean > (1 + STRAGGLER) * middle:
+                    stragglers.append({"p": path, "r": rank, "pct": 100.0 * (mean / middle - 1)})
+                    flagged.add(column_of[rank])
+        rows.append({"p": path, "v": cells, "s": sorted(flagged)})
     modes = {r.ranks for r in gathered}
     return {
-        "world": world,
+        "world": len(present),
+        "labels": [
+            str(column[0]) if len(column) == 1 else f"{column[0]}-{column[-1]}"
+            for column in columns
+        ],
         "mode": "all" if "all" in modes else sorted(modes)[0],
         "rows": rows,
         "stragglers": sorted(stragglers, key=lambda s: -s["pct"]),
-        "reported": reported_stragglers(reports),
+        "reported": reported,
     }
 
 
@@ -303,6 +319,9 @@ def diff_data(
     }
 
 
+PLACEHOLDER = re.compile(r"/\*CSS\*/|/\*JS\*/|\{\{TITLE\}\}|\{\{DATA\}\}")
+
+
 def _asset(name: str) -> str:
     return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
 
@@ -311,10 +330,11 @@ def render(data: dict[str, Any]) -> str:
     """The page: template, CSS, script and the compressed data in one string."""
     raw = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
     packed = base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
-    page = _asset("page.html")
-    return (
-        page.replace("/*CSS*/", _asset("report.css"))
-        .replace("/*JS*/", _asset("report.js"))
-        .replace("{{TITLE}}", html.escape(str(data.get("title", "instrument report"))))
-        .replace("{{DATA}}", packed)
-    )
+    filling = {
+        "/*CSS*/": _asset("report.css"),
+        "/*JS*/": _asset("report.js"),
+        "{{TITLE}}": html.escape(str(data.get("title", "instrument report"))),
+        "{{DATA}}": packed,
+    }
+    # one pass: what goes in (a title holding "{{DATA}}") is never filled again
+    return PLACEHOLDER.sub(lambda match: filling[match.group(0)], _asset("page.html"))

@@ -445,29 +445,29 @@ function drawHeat(data) {
   document.getElementById("heat-section").hidden = false;
   const root = document.getElementById("heat");
   const rows = heat.rows.slice().sort((a, b) => Math.max(...b.v.map((v) => v || 0)) - Math.max(...a.v.map((v) => v || 0))).slice(0, 40);
-  const strag = new Set(heat.stragglers.map((s) => s.p + "#" + s.r));
   const reported = heat.reported || [];
-  for (const s of reported) for (const p of s.regions) strag.add(p + "#" + s.r);
-  const labelW = 260, cell = Math.max(Math.min(Math.floor(700 / heat.world), 48), 14), rowH = 20;
-  const W = labelW + cell * heat.world + 10, H = 22 + rowH * rows.length;
+  const labels = heat.labels, columns = labels.length;
+  const labelW = 260, cell = Math.max(Math.min(Math.floor(700 / columns), 48), 14), rowH = 20;
+  const W = labelW + cell * columns + 10, H = 22 + rowH * rows.length;
   const svg = el("svg", { id: "heatmap", viewBox: `0 0 ${W} ${H}`, height: H, style: `max-width:${W}px` }, root);
-  for (let r = 0; r < heat.world; r++) {
-    el("text", { x: labelW + r * cell + cell / 2, y: 14, "text-anchor": "middle" }, svg).textContent = String(r);
-  }
+  labels.forEach((label, r) => {
+    el("text", { x: labelW + r * cell + cell / 2, y: 14, "text-anchor": "middle" }, svg).textContent = label;
+  });
   rows.forEach((row, y) => {
     const label = el("text", { x: labelW - 6, y: 22 + y * rowH + 14, "text-anchor": "end", "data-path": row.p }, svg);
     label.textContent = fitLabel([row.p], labelW - 10) || row.p;
     const present = row.v.filter((v) => v !== null).sort((a, b) => a - b);
     const mid = present.length ? present[Math.floor(present.length / 2)] : 0;
+    const flagged = new Set(row.s);
     row.v.forEach((v, r) => {
-      const slow = strag.has(row.p + "#" + r);
-      const g = el("g", { class: "cell" + (slow ? " straggler" : ""), "data-path": row.p, "data-rank": r }, svg);
+      const slow = flagged.has(r);
+      const g = el("g", { class: "cell" + (slow ? " straggler" : ""), "data-path": row.p, "data-rank": labels[r] }, svg);
       const ratio = v === null || !mid ? 0 : Math.max(Math.min((v - mid) / mid, 1), -1);
       const fill = v === null ? "#f3f4f6" : ratio >= 0 ? `rgb(255,${Math.round(245 - 170 * ratio)},${Math.round(235 - 190 * ratio)})`
         : `rgb(${Math.round(235 + 150 * ratio)},${Math.round(245 + 40 * ratio)},255)`;
       el("rect", { x: labelW + r * cell + 1, y: 22 + y * rowH + 1, width: cell - 2, height: rowH - 2, fill, rx: 2 }, g);
       if (slow) el("text", { x: labelW + r * cell + cell / 2, y: 22 + y * rowH + 14, "text-anchor": "middle" }, g).textContent = "▲";
-      g.addEventListener("mousemove", (event) => showTip(event, [["rank", String(r)], [`mean per ${data.per}`, fmt(v)],
+      g.addEventListener("mousemove", (event) => showTip(event, [[labels[r].includes("-") ? "ranks (mean)" : "rank", labels[r]], [`mean per ${data.per}`, fmt(v)],
         ["median rank", fmt(mid)], ["straggler", slow ? "yes" : null]], row.p));
       g.addEventListener("mouseleave", hideTip);
     });
