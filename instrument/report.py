@@ -23,6 +23,13 @@ OTHER_ROW = "(other)"
 text_renderer: Callable[..., str] | None = None
 
 
+def _list(value: object, name: str) -> list[Any] | tuple[Any, ...]:
+    """``value`` when it is a list (a JSON array), else a ``TypeError`` naming ``name``."""
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"{name} is a {type(value).__name__}; expected a list")
+    return value
+
+
 @dataclass(frozen=True)
 class RankStats:
     """One value (a path's total, a rate) across the ranks of the group; ranks are global,
@@ -77,7 +84,9 @@ class RankStats:
             rank_argmin=int(data["rank_argmin"]),
             rank_argmax=int(data["rank_argmax"]),
             ranks_present=int(data["ranks_present"]),
-            per_rank=None if per_rank is None else tuple(per_rank),
+            per_rank=None
+            if per_rank is None
+            else tuple(None if v is None else float(v) for v in _list(per_rank, "per_rank")),
             slowest=None if slowest is None else int(slowest),
             relative_score=None if relative is None else float(relative),
             individual_score=None if individual is None else float(individual),
@@ -109,11 +118,18 @@ class Straggler:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Straggler:
         """Inverse of :meth:`to_dict`."""
+        regions = tuple(str(r) for r in _list(data["regions"], "straggler regions"))
+        scores = tuple(float(s) for s in _list(data["scores"], "straggler scores"))
+        if len(regions) != len(scores):
+            raise ValueError(
+                f"a straggler has {len(regions)} regions and {len(scores)} scores; "
+                "expected one score per region"
+            )
         return cls(
             rank=int(data["rank"]),
             host=str(data["host"]),
-            regions=tuple(str(r) for r in data["regions"]),
-            scores=tuple(float(s) for s in data["scores"]),
+            regions=regions,
+            scores=scores,
             intervals=int(data["intervals"]),
         )
 

@@ -761,3 +761,36 @@ def test_a_line_too_long_for_a_report_is_an_error(
     code, out, err = run_cli(capsys, "show", run)
     assert (code, out) == (2, "")
     assert err == f"instrument: error: {run}:1: a line over 1 MiB; not a report file\n"
+
+
+RANKS = {"rank_min": 0.001, "rank_max": 0.002, "rank_mean": 0.0015, "rank_argmin": 0,
+         "rank_argmax": 1, "ranks_present": 2, "per_rank": [0.001, 0.002]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "detail"),
+    [
+        ({"stragglers": [{"rank": 1, "host": "h", "regions": ["a"], "scores": [], "intervals": 2}]},
+         "a straggler has 1 regions and 0 scores; expected one score per region"),
+        ({"stragglers": [{"rank": 1, "host": "h", "regions": "a", "scores": [1], "intervals": 2}]},
+         "straggler regions is a str; expected a list"),
+        ({"across": {"throughput.mfu": {**RANKS, "per_rank": "xy"}}},
+         "per_rank is a str; expected a list"),
+        ({"across": {"throughput.mfu": {**RANKS, "per_rank": [0.1, "x"]}}},
+         "could not convert string to float: 'x'"),
+    ],
+)  # fmt: skip
+def test_a_field_of_the_wrong_shape_is_a_file_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], detail: str
+) -> None:
+    """Malformed but valid JSON, field by field: the documented error at its line, never
+    the internal error (found by mutating every field of a gathered run's report)."""
+    run = tmp_path / "run.jsonl"
+    write_run(run, A)
+    lines = run.read_text().splitlines()
+    lines[1] = json.dumps({**json.loads(lines[1]), **change})
+    run.write_text("\n".join(lines) + "\n")
+    for command in ("show", "summary"):
+        code, out, err = run_cli(capsys, command, run)
+        assert (code, out) == (2, "")
+        assert err == f"instrument: error: {run}:2: not an instrument report ({detail})\n"
