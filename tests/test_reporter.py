@@ -99,7 +99,7 @@ def test_steps_normalizer_gives_per_step_totals(clock: FakeClock) -> None:
     assert report["forward"].mean == pytest.approx(0.3)
     assert report.step_time is not None
     assert report.step_time.total == pytest.approx(0.5)
-    assert "times per step" in report.render()
+    assert "ms/step" in report.render()
 
 
 def test_records_made_before_the_reporter_are_in_its_first_flush(clock: FakeClock) -> None:
