@@ -209,7 +209,7 @@ def rows(report: Report, *, unicode: bool = True, fold: bool = True) -> list[Row
     if step is not None:
         out.append(
             Row(
-                f"step ({report.steps} steps)",
+                f"step ({report.steps} {'step' if report.steps == 1 else 'steps'})",
                 seconds(step.total),
                 100.0,
                 step.count / scale.steps,
