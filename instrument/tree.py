@@ -97,16 +97,17 @@ def _choose(
     children: list[Node], depth: int, on_top: bool, whole: float, fold: bool
 ) -> tuple[list[Node], list[Node]]:
     """The children of a row at ``depth`` to show and to fold. Folded: those under
-    :data:`FOLD_PERCENT` of ``whole``, and those deeper than :data:`FOLD_DEPTH` except the
-    largest child of a row that is itself the largest of its siblings (``on_top``). One
-    small row alone is shown rather than folded into a line of its own."""
+    :data:`FOLD_PERCENT` of ``whole`` (below the top level: the phases of a step always
+    show), and those deeper than :data:`FOLD_DEPTH` except the largest child of a row that
+    is itself the largest of its siblings (``on_top``). One small row alone is shown rather
+    than folded into a line of its own."""
     if not fold or not children:
         return children, []
     largest = _largest(children)
     shown: list[Node] = []
     hidden: list[Node] = []
     for child in children:
-        big = whole <= 0.0 or 100.0 * child.total >= FOLD_PERCENT * whole
+        big = depth == 0 or whole <= 0.0 or 100.0 * child.total >= FOLD_PERCENT * whole
         near = depth < FOLD_DEPTH or (on_top and child is largest)
         (shown if big and near else hidden).append(child)
     if len(hidden) == 1 and shown:
@@ -180,7 +181,8 @@ def rows(report: Report, *, unicode: bool = True, fold: bool = True) -> list[Row
             shown, hidden = _choose(kids.get(node.path, []), depth, on_top, whole, fold)
             suffix = " (async)" if node.concurrent and not node.path.endswith("(async)") else ""
             suffix += " (open)" if node.open else ""
-            suffix += f" (+{len(hidden)})" if hidden and not shown else ""
+            marked = bool(hidden) and not shown and depth >= FOLD_DEPTH  # all too deep
+            suffix += f" (+{len(hidden)})" if marked else ""
             finished = node.count > 0  # an open region with no finished call: no per-call
             out.append(
                 Row(
@@ -195,11 +197,11 @@ def rows(report: Report, *, unicode: bool = True, fold: bool = True) -> list[Row
                     rank_min=None if node.rank_min is None else seconds(node.rank_min),
                     rank_max=None if node.rank_max is None else seconds(node.rank_max),
                     slowest=node.slowest_rank,
-                    folded=len(hidden) if not shown else 0,
+                    folded=len(hidden) if marked else 0,
                     path=node.path,
                 )
             )
-            if not shown:
+            if marked or not (shown or hidden):
                 continue
             lines = (blank if last else pipe) if prefix is not None else ""
             below = items(shown, hidden, node.path, (prefix or "") + lines, depth + 1, True)
@@ -218,8 +220,9 @@ def rows(report: Report, *, unicode: bool = True, fold: bool = True) -> list[Row
                 seconds(step.total) if has_device else None,
             )
         )
-        other = report.other or 0.0
-        flush = report.flush_time
+        # (a nanosecond or less is the float residue of a subtraction, not time)
+        other = report.other if report.other is not None and report.other > 1e-9 else 0.0
+        flush = report.flush_time if report.flush_time > 1e-9 else 0.0
         add(items(shown, hidden, "", "", 1, other <= 0.0 and flush <= 0.0))
         if flush > 0.0:
             branch = tee if other > 0.0 else elbow
@@ -399,13 +402,18 @@ def _figure(value: float) -> str:
     return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def _short(value: float) -> str:
-    """Two significant digits, without an exponent below 100."""
-    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+def _short(value: float, floor: float = 0.001) -> str:
+    """Two significant digits, whole numbers from 10 on, "under" ``floor`` below it (never
+    an exponent)."""
+    if value >= 10:
+        return f"{value:.0f}"
+    if 0.0 < value < floor:
+        return f"under {floor:g}"
+    return f"{value:.2g}"
 
 
 def _short_ms(seconds: float) -> str:
-    return f"{_short(seconds * 1e3)} ms"
+    return f"{_short(seconds * 1e3, floor=0.0001)} ms"
 
 
 def header_lines(report: Report) -> list[str]:

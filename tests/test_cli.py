@@ -131,10 +131,20 @@ def test_show_picks_a_step_or_every_report(
 def test_show_folds_small_rows_unless_full(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_run(tmp_path / "run.jsonl", {**A, "log": 0.0001, "save": 0.0001})
+    clock = FakeClock()
+    with use_clock(clock):
+        reporter = instrument.Reporter(every=None, sinks=[JSONL(tmp_path / "run.jsonl")])
+        for _ in range(2):
+            with instrument.timed("optimizer"):
+                clock.advance(0.030)
+                for name in ("log", "save"):
+                    with instrument.timed(name):
+                        clock.advance(0.0001)
+            instrument.step()
+        reporter.close()
     code, out, _ = run_cli(capsys, "show", tmp_path / "run.jsonl")
     assert code == 0
-    assert tree_row(out, "… 2 more under 1 %")[:2] == ["0.200", "0.6"]
+    assert tree_row(out, "… 2 more under 1 %")[:2] == ["0.200", "0.7"]
     assert "log" not in out
     assert out.endswith("every row: Console(fold=False) or instrument show --full\n")
     code, out, _ = run_cli(capsys, "show", tmp_path / "run.jsonl", "--full")

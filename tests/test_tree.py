@@ -16,8 +16,8 @@ from instrument.tree import rows
 
 
 def train(clock: FakeClock, steps: int, layers: tuple[float, ...] = (0.002, 0.003)) -> None:
-    """``steps`` steps: data, forward (an encoder of ``layers``), backward, optimizer, two
-    tiny regions, zero_grad from the second step on, and 0.9 ms outside any region."""
+    """``steps`` steps: data, forward (an encoder of ``layers``), backward, optimizer (with
+    two tiny regions), zero_grad from the second step on, and 0.9 ms outside any region."""
     for i in range(steps):
         if i:
             with instrument.timed("zero_grad"):
@@ -34,9 +34,9 @@ def train(clock: FakeClock, steps: int, layers: tuple[float, ...] = (0.002, 0.00
             clock.advance(0.010)
         with instrument.timed("optimizer"):
             clock.advance(0.002)
-        for name in ("log", "save"):
-            with instrument.timed(name):
-                clock.advance(0.00005)
+            for name in ("log", "save"):
+                with instrument.timed(name):
+                    clock.advance(0.00005)
         clock.advance(0.0009)
         instrument.step()
 
@@ -48,18 +48,18 @@ def table(report: Report, **options: bool) -> str:
 
 
 PER_STEP = """\
-region                  ms/step  % of step  calls/step  ms/call  max ms/call
-step (10 steps)          20.900      100.0           1   20.900       21.000
-├── data                  1.000        4.8           1    1.000        1.000
-├── forward               6.000       28.7           1    6.000        6.000
-│   └── encoder           5.000       23.9           1    5.000        5.000
-│       ├── layers.0      2.000        9.6           1    2.000        2.000
-│       └── layers.1      3.000       14.4           1    3.000        3.000
-├── backward             10.000       47.8           1   10.000       10.000
-├── optimizer             2.000        9.6           1    2.000        2.000
-├── zero_grad             0.900        4.3         0.9    1.000        1.000
-├── … 2 more under 1 %    0.100        0.5
-└── (other)               0.900        4.3
+region                      ms/step  % of step  calls/step  ms/call  max ms/call
+step (10 steps)              20.900      100.0           1   20.900       21.000
+├── data                      1.000        4.8           1    1.000        1.000
+├── forward                   6.000       28.7           1    6.000        6.000
+│   └── encoder               5.000       23.9           1    5.000        5.000
+│       ├── layers.0          2.000        9.6           1    2.000        2.000
+│       └── layers.1          3.000       14.4           1    3.000        3.000
+├── backward                 10.000       47.8           1   10.000       10.000
+├── optimizer                 2.100       10.0           1    2.100        2.100
+│   └── … 2 more under 1 %    0.100        0.5
+├── zero_grad                 0.900        4.3         0.9    1.000        1.000
+└── (other)                   0.900        4.3
 2 rows folded (under 1 % of the step or more than 3 levels deep); every row: \
 Console(fold=False) or instrument show --full"""
 
