@@ -134,7 +134,7 @@ def show(args: argparse.Namespace) -> int:
             raise CliError(f"{run.name}: no report at step {args.step}; steps present: {steps}")
     if not args.all:
         reports = reports[-1:]
-    console = Console(unicode=False if args.ascii else None, ranks="all")
+    console = Console(unicode=False if args.ascii else None, ranks="all", fold=not args.full)
     for i, report in enumerate(reports):
         if i:
             sys.stdout.write("\n")
@@ -672,6 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--all", action="store_true", help="every report, oldest first")
     show_cmd.add_argument("--rank", type=_non_negative_int, help=rank_help)
     show_cmd.add_argument("--ascii", action="store_true", help="ASCII tree lines")
+    show_cmd.add_argument("--full", action="store_true", help="every row, nothing folded")
     show_cmd.set_defaults(run=show)
 
     summary_cmd = commands.add_parser(

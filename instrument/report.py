@@ -544,10 +544,11 @@ class Report:
         covered = sum(node.total for node in self.children("") if not node.concurrent)
         return max(self.step_time.total - covered - self.flush_time, 0.0)
 
-    def render(self, *, unicode: bool = True, width: int | None = None) -> str:
-        """The text tree (see :func:`instrument.tree.render_text`)."""
+    def render(self, *, unicode: bool = True, width: int | None = None, fold: bool = True) -> str:
+        """The text tree (see :func:`instrument.tree.render_text`); ``fold=False`` shows
+        every row."""
         assert text_renderer is not None, "instrument.tree registers the renderer at import"
-        return text_renderer(self, unicode=unicode, width=width)
+        return text_renderer(self, unicode=unicode, width=width, fold=fold)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict; :meth:`from_dict` restores an equal report."""

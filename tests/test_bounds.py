@@ -88,7 +88,7 @@ def test_deep_recursion_with_a_raised_cap_is_recorded_and_rendered() -> None:
         for _ in range(1500):
             stack.enter_context(region)
     assert len(reports[-1]) == 1500
-    assert reports[-1].render().count("deeper") == 1500
+    assert reports[-1].render(fold=False).count("deeper") == 1500
 
 
 def test_idle_paths_are_released_and_come_back_when_entered_again() -> None:

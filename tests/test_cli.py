@@ -103,7 +103,7 @@ def test_show_prints_the_last_report_by_default(
     write_run(tmp_path / "run.jsonl", A, warmup={"forward": 0.1})
     code, out, err = run_cli(capsys, "show", tmp_path / "run.jsonl")
     assert (code, err) == (0, "")
-    assert out.startswith("instrument report #3 · 2 steps · times per step")
+    assert out.startswith("instrument report #3 · 2 steps · ")
     assert tree_row(out, "step (2 steps)")[:2] == ["33.000", "100.0"]
     assert tree_row(out, "forward")[0] == "10.000"  # the last report, not the warm-up
     assert "├── backward" in out
@@ -126,6 +126,32 @@ def test_show_picks_a_step_or_every_report(
         "instrument report #2",
         "instrument report #3",
     ]
+
+
+def test_show_folds_small_rows_unless_full(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = FakeClock()
+    with use_clock(clock):
+        reporter = instrument.Reporter(every=None, sinks=[JSONL(tmp_path / "run.jsonl")])
+        for _ in range(2):
+            with instrument.timed("optimizer"):
+                clock.advance(0.030)
+                for name in ("log", "save"):
+                    with instrument.timed(name):
+                        clock.advance(0.0001)
+            instrument.step()
+        reporter.close()
+    code, out, _ = run_cli(capsys, "show", tmp_path / "run.jsonl")
+    assert code == 0
+    assert tree_row(out, "… 2 more under 1 %")[:2] == ["0.200", "0.7"]
+    assert "log" not in out
+    assert out.endswith("every row: Console(fold=False) or instrument show --full\n")
+    code, out, _ = run_cli(capsys, "show", tmp_path / "run.jsonl", "--full")
+    assert code == 0
+    assert tree_row(out, "log")[:2] == ["0.100", "0.3"]
+    assert "more under" not in out
+    assert "folded" not in out
 
 
 def test_show_reads_the_per_rank_files_of_a_missing_path(

@@ -67,8 +67,8 @@ def test_the_previous_flush_is_its_own_line_and_not_other(clock: FakeClock) -> N
         assert report.step_time.total == pytest.approx(2 * (WORK + LOOSE) + FLUSH)
     lines = second.render().splitlines()
     flush_line = next(line for line in lines if FLUSH_ROW in line)
-    assert flush_line.split()[-2:] == ["30.000", "55.6"]  # ms, % of the step line
-    assert lines[-1].split()[-3:] == ["(other)", "4.000", "7.4"]
+    assert flush_line.split()[-2:] == ["15.000", "55.6"]  # ms per step, % of the step
+    assert lines[-1].split()[-3:] == ["(other)", "2.000", "7.4"]
     assert lines.index(flush_line) == len(lines) - 2  # after the regions, before (other)
 
 

@@ -55,16 +55,23 @@ def test_render_is_a_tree_with_aligned_columns(clock: FakeClock) -> None:
     assert lines[1].startswith("verdict: ")  # the findings, the verdict first
     assert lines[2].startswith("  next: ")
     lines = [line for line in lines[3:] if not line.startswith("  also: ")]
-    assert lines[0].startswith("instrument: ")  # what the timing itself cost
+    assert lines[0].startswith("instrument's own cost: ")  # what the timing itself cost
     header = lines[1]
-    assert header.split() == ["region", "total", "ms", "%", "calls", "mean", "ms", "max", "ms"]
-    labels = [line[: header.index("total") - 2].rstrip() for line in lines[2:]]
-    assert labels == [
+    assert header.split() == [
+        "region",
+        "ms/step",
+        *("%", "of", "step"),
+        "calls/step",
+        "ms/call",
+        *("max", "ms/call"),
+    ]
+    labels = [line[: header.index("ms/step") - 2].rstrip() for line in lines[2:]]
+    assert labels == [  # first seen first
         "step (2 steps)",
         "└── step",
-        "    ├── backward",
-        "    └── forward",
-        "        └── encoder",
+        "    ├── forward",
+        "    │   └── encoder",
+        "    └── backward",
     ]
     widths = {len(line) for line in lines[1:]}
     assert len(widths) == 1  # every figure column is right-aligned to the same edge

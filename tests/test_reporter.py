@@ -99,7 +99,7 @@ def test_steps_normalizer_gives_per_step_totals(clock: FakeClock) -> None:
     assert report["forward"].mean == pytest.approx(0.3)
     assert report.step_time is not None
     assert report.step_time.total == pytest.approx(0.5)
-    assert "times per step" in report.render()
+    assert "ms/step" in report.render()
 
 
 def test_records_made_before_the_reporter_are_in_its_first_flush(clock: FakeClock) -> None:
@@ -191,7 +191,8 @@ def test_steps_normalizer_without_steps_renders_undivided_times(clock: FakeClock
     with instrument.timed("x"):
         clock.advance(1.0)
     text = reporter.flush().render()
-    assert "times per step" not in text
+    assert "no steps marked: interval totals" in text
+    assert "ms/step" not in text
     assert "1000.000" in text
     reporter.close()
 

@@ -49,7 +49,10 @@ def test_self_cost_is_regions_times_their_cost_plus_the_last_flush(
     assert second.self_cost.seconds == pytest.approx(0.0100005)
     assert second.self_cost.share == pytest.approx(0.0100005 / 2.010)
     assert reports[0].render().splitlines()[1] == (
-        "instrument: 0.1 % of the interval (4000 regions x 500 ns + last flush 0.00 ms)"
+        "instrument's own cost: 0.1 % of the time (4000 timed calls 2 ms)"
+    )
+    assert second.render().splitlines()[1] == (
+        "instrument's own cost: 0.5 % of the time (1 timed call 0.0005 ms, previous flush 10 ms)"
     )
     assert Report.from_dict(second.to_dict()) == second
     tags = scalars(second)
@@ -149,8 +152,7 @@ def test_regions_entered_through_auto_hooks_are_counted_at_the_hook_cost(
     assert first.self_cost == SelfCost(1, 500.0, 0.0, 1.0, hooked=18, hooked_ns=2000.0)
     assert first.self_cost.seconds == pytest.approx((500 + 18 * 2000) / 1e9)
     assert first.render().splitlines()[1] == (
-        "instrument: 0.0037 % of the interval "
-        "(1 regions x 500 ns + 18 hooked x 2000 ns + last flush 0.00 ms)"
+        "instrument's own cost: 0.0037 % of the time (19 timed calls 0.036 ms)"
     )
     assert Report.from_dict(first.to_dict()) == first
     assert first.to_dict()["self_cost"]["hooked"] == 18
@@ -163,7 +165,7 @@ def test_regions_entered_through_auto_hooks_are_counted_at_the_hook_cost(
     assert (second.self_cost.regions, second.self_cost.hooked) == (0, 4)
     assert (third.self_cost.regions, third.self_cost.hooked) == (1, 0)
     assert third.self_cost.hooked_ns == 0.0  # no hook left: nothing counted at its cost
-    assert "hooked" not in third.render().splitlines()[1]
+    assert "(1 timed call 0.0005 ms" in third.render().splitlines()[1]
     assert "instrument/hooked" not in scalars(third)
 
 

@@ -33,6 +33,11 @@ class Console(Sink):
         stream: Where to write; ``None`` means ``sys.stdout`` at write time.
         unicode: Box-drawing lines; ``None`` decides from the stream's encoding.
         ranks: Which ranks print: rank 0 by default, "all", a rank, or several.
+        fold: Fold rows under 1 % of the step and rows more than 3 levels deep (the largest
+            child of a largest row stays) into ``… N more`` lines; ``False`` prints every row.
+
+    Each tree after the first notes a step time that moved by 1.5x or more since the
+    report this sink printed before it.
 
     When the reporter closes, the run's summary follows (see :meth:`write_summary`).
 
@@ -47,15 +52,22 @@ class Console(Sink):
         *,
         unicode: bool | None = None,
         ranks: RankFilter = 0,
+        fold: bool = True,
     ) -> None:
         self.stream = checks.check_writable_stream("Console stream", stream)
         self.unicode = checks.check_optional_bool("Console unicode", unicode)
         self.ranks = check_rank_filter(ranks)
+        self.fold = checks.check_bool("Console fold", fold)
+        self._previous: Report | None = None
 
     def write(self, report: Report) -> None:
         stream = self.stream if self.stream is not None else sys.stdout
         unicode = supports_unicode(stream) if self.unicode is None else self.unicode
-        text = render_text(report, unicode=unicode)
+        previous = self._previous
+        if previous is not None and previous.index >= report.index:
+            previous = None  # another reporter's, or a new run's: nothing to compare
+        text = render_text(report, unicode=unicode, fold=self.fold, previous=previous)
+        self._previous = report
         if not unicode:
             text = text.replace("·", "-")
         stream.write(text + "\n")
@@ -75,4 +87,4 @@ class Console(Sink):
         stream.flush()
 
     def __repr__(self) -> str:
-        return f"Console(stream={self.stream!r})"
+        return f"Console(stream={self.stream!r}, fold={self.fold!r})"
