@@ -352,6 +352,11 @@ def fold_note(hidden: int, whole: str) -> str:
     )
 
 
+def _duration(seconds: float) -> str:
+    """``177 ms``, ``1.1 s``: three significant digits, in the unit that reads plainly."""
+    return f"{seconds:.3g} s" if seconds >= 1.0 else f"{seconds * 1e3:.3g} ms"
+
+
 def change_line(report: Report, previous: Report, *, unicode: bool = True) -> str | None:
     """``step time 2.1x the last report's (84 → 177 ms)`` when the time per step moved by
     :data:`CHANGE_RATIO` or more since ``previous``; ``None`` otherwise or without steps."""
@@ -363,7 +368,7 @@ def change_line(report: Report, previous: Report, *, unicode: bool = True) -> st
         return None
     arrow = "→" if unicode else "->"
     return (
-        f"step time {ratio:.2g}x the last report's ({before * 1e3:.3g} {arrow} {now * 1e3:.3g} ms)"
+        f"step time {ratio:.2g}x the last report's ({_duration(before)} {arrow} {_duration(now)})"
     )
 
 

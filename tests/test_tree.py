@@ -166,9 +166,9 @@ def test_the_console_notes_a_step_time_that_moved(clock: FakeClock) -> None:
     notes = [[line for line in tree.splitlines() if line.startswith("step time")] for tree in trees]
     assert notes == [
         [],  # the first report: nothing to compare with
-        ["step time 2.1x the last report's (84 → 177 ms)"],
+        ["step time 2.1x the last report's (84 ms → 177 ms)"],
         [],  # 1.13x: within the usual swing
-        ["step time 0.4x the last report's (200 → 80 ms)"],
+        ["step time 0.4x the last report's (200 ms → 80 ms)"],
     ]
     second = trees[1].splitlines()
     note = second.index(notes[1][0])
