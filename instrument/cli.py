@@ -25,6 +25,7 @@ from instrument.diffstats import Shift
 from instrument.reading import ReportFileError, locate, read_file
 from instrument.report import FLUSH_ROW, OTHER_ROW, Report
 from instrument.sinks.console import Console
+from instrument.terminal import PrintableStream
 
 PLOT_HINT = 'plot needs matplotlib: pip install "torch-instrument[plot]"'
 STEP_ROW = "(step)"  # the step time itself
@@ -796,6 +797,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse printed the usage error (2) or the help (0)
         return exc.code if isinstance(exc.code, int) else 0
     command: Callable[[argparse.Namespace], int] = args.run
+    out, err = sys.stdout, sys.stderr
+    if command is not watch:  # watch draws with escape sequences: it escapes each line itself
+        sys.stdout, sys.stderr = PrintableStream(out), PrintableStream(err)
     try:
         return command(args)
     except (CliError, ReportFileError) as exc:
@@ -812,3 +816,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    finally:
+        sys.stdout, sys.stderr = out, err

@@ -820,3 +820,31 @@ def test_a_field_of_the_wrong_shape_is_a_file_line_error(
         code, out, err = run_cli(capsys, command, run)
         assert (code, out) == (2, "")
         assert err == f"instrument: error: {run}:2: not an instrument report ({detail})\n"
+
+
+def test_text_from_a_file_cannot_drive_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A note, a straggler's host, a finding and a region name holding escape sequences (a
+    file from elsewhere) print escaped, by every command."""
+    run = tmp_path / "run.jsonl"
+    write_run(run, {"data": 0.002, "forward": 0.004})
+    evil = "\x1b[2J\x1b]0;pwned\x07\u202e"
+    lines = []
+    for line in run.read_text().splitlines():
+        data = json.loads(line)
+        data["across_note"] = f"note {evil}"
+        data["stragglers"] = [{"rank": 1, "host": f"host {evil}", "regions": ["data"],
+                               "scores": [0.5], "intervals": 3}]  # fmt: skip
+        data["nodes"][0]["path"] = f"data {evil}"
+        for finding in data.get("findings", []):
+            finding["why"] = f"why {evil}"
+        lines.append(json.dumps(data))
+    run.write_text("\n".join(lines) + "\n")
+    for argv in (["show", run], ["summary", run], ["diff", run, run], ["show", run, "--ascii"]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code in (0, 2), (argv, err)
+        for text in (out, err):
+            assert not any(c in text for c in "\x1b\x07\u202e"), (argv, text)
+        if argv[0] != "summary":  # summary judges afresh: its text names no such region
+            assert "\\x1b" in out + err, argv

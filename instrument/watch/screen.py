@@ -7,6 +7,7 @@ import os
 import shutil
 from typing import Any, Protocol, TextIO
 
+from instrument.terminal import printable
 from instrument.watch.frame import Line
 
 RICH_STYLES = {"title": "bold", "heading": "bold", "dim": "dim", "info": "green",
@@ -28,12 +29,6 @@ class Screen(Protocol):
 
     def close(self) -> None:
         """Leave the terminal as it was (cursor shown, below the last frame)."""
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character shown as ``?``: a region name holding an
-    escape sequence cannot drive the terminal."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else "?" for c in text)
 
 
 class PlainScreen:
