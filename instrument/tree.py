@@ -80,8 +80,15 @@ def children_by_parent(report: Report) -> dict[str, list[Node]]:
     return out
 
 
-def _label_name(node: Node, parent: str) -> str:
-    return node.path[len(parent) + 1 :] if parent else node.path
+#: The longest name a row shows; a longer one is cut with "…" (the report keeps it whole).
+NAME_WIDTH = 80
+
+
+def _label_name(node: Node, parent: str, unicode: bool) -> str:
+    name = node.path[len(parent) + 1 :] if parent else node.path
+    if len(name) <= NAME_WIDTH:
+        return name
+    return name[: NAME_WIDTH - 1] + "…" if unicode else name[: NAME_WIDTH - 3] + "..."
 
 
 def _largest(nodes: list[Node]) -> Node | None:
@@ -186,7 +193,7 @@ def rows(report: Report, *, unicode: bool = True, fold: bool = True) -> list[Row
             finished = node.count > 0  # an open region with no finished call: no per-call
             out.append(
                 Row(
-                    label=f"{prefix or ''}{branch}{_label_name(node, parent)}{suffix}",
+                    label=f"{prefix or ''}{branch}{_label_name(node, parent, unicode)}{suffix}",
                     time=seconds(node.total),
                     percent=percent(node.total),
                     calls=node.count / scale.steps,

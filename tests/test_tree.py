@@ -212,3 +212,15 @@ def test_device_bytes_and_rank_columns_are_named_per_step() -> None:
 def test_console_fold_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="Console fold must be True or False, got 'no'"):
         Console(fold="no")  # type: ignore[arg-type]
+
+
+def test_a_very_long_name_is_cut_for_display_and_kept_whole_in_the_report() -> None:
+    """A 1 MiB name made every console report megabytes (rows padded to the longest name)."""
+    host = Stats(1, 0.001, 0.001, 0.001, 0.001, 0.0, 0.001, 0.001, 0.001)
+    name = "x" * 2**20
+    report = Report(nodes=(Node(name, host, None, 0.001, "cpu"),), normalizer=1.0)
+    text = report.render()
+    assert len(text) < 1000
+    assert "x" * 79 + "…" in text
+    assert "x" * 77 + "..." in table(report, unicode=False)
+    assert report.nodes[0].path == name
