@@ -289,15 +289,21 @@ class Change:
 def compare(a: Profile, b: Profile, min_seconds: float) -> list[Change]:
     """Every path of either run above ``min_seconds`` in one of them: the step time first,
     then by impact (largest absolute change first)."""
-    changes = []
+    kept = []
     for path in dict.fromkeys([*a.times, *b.times]):
         before, after = a.times.get(path), b.times.get(path)
-        if max(before or 0.0, after or 0.0) < min_seconds:
-            continue
-        found = None
-        if before is not None and after is not None:
-            found = diffstats.shift(a.samples.get(path, [before]), b.samples.get(path, [after]))
-        changes.append(Change(path, before, after, found))
+        if max(before or 0.0, after or 0.0) >= min_seconds:
+            kept.append((path, before, after))
+    both = [(path, before, after) for path, before, after in kept
+            if before is not None and after is not None]  # fmt: skip
+    found = diffstats.shifts(
+        [
+            (a.samples.get(path, [before]), b.samples.get(path, [after]))
+            for path, before, after in both
+        ]
+    )
+    shifts = dict(zip([path for path, _, _ in both], found, strict=True))
+    changes = [Change(path, before, after, shifts.get(path)) for path, before, after in kept]
     changes.sort(key=lambda c: (c.path != STEP_ROW, -abs(c.delta), c.path))
     return changes
 

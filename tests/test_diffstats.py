@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import random
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,18 @@ def test_a_a_flags_nothing_and_a_b_flags_the_slowed_module_every_time(
         assert "forward/1 (+" in err
         regions = [line.split()[0] for line in out.split("\n\n")[1].splitlines()[1:]]
         assert regions[1] == "forward/1" or regions[:3].count("forward/1") == 1, out
+
+
+def test_regions_resampled_together_give_what_each_gives_alone() -> None:
+    """``shifts`` is ``shift`` pair by pair (the same picks, drawn from the same seed), for
+    sides of any size, thinned or not, with zeros and ties."""
+    rng = random.Random(3)
+    pairs = [
+        ([rng.random() for _ in range(n)], [rng.random() + 0.05 for _ in range(m)])
+        for n, m in [(5, 7), (5, 7), (150, 400), (1, 1), (2, 3), (121, 121), (40, 39)]
+    ]
+    pairs += [([0.0, 0.0, 1.0], [1.0, 1.0]), ([2.0] * 9, [2.0] * 4)]
+    assert diffstats.shifts(pairs) == [diffstats.shift(a, b) for a, b in pairs]
+    assert diffstats.shifts([]) == []
+    with pytest.raises(ValueError, match="at least one value on each side"):
+        diffstats.shifts([([1.0], [])])
