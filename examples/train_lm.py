@@ -3,14 +3,18 @@
 One line — ``instrument.auto(model, optimizer, dataloader=loader)`` — and every ``--every``
 optimizer steps a tree shows where the steps' time went: data, forward (down to each
 attention block), backward, optimizer, zero_grad, and (other); above it, samples/s,
-tokens/s, TFLOP/s (MFU on a known GPU) and memory.
+tokens/s, TFLOP/s (MFU on a known GPU) and memory. The reports also go to a JSONL file
+(``runs/train_lm.jsonl``, replaced at each run) that ``python -m instrument html`` turns
+into a web page.
 
 python examples/train_lm.py [--steps 30] [--every 10] [--device cpu|cuda] [--backward-modules]
+                            [--jsonl runs/train_lm.jsonl]
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -66,7 +70,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backward-modules", action="store_true", help="per-module backward")
+    parser.add_argument("--jsonl", type=Path, default=Path("runs/train_lm.jsonl"))
     args = parser.parse_args()
+    args.jsonl.unlink(missing_ok=True)  # this run's reports only (the sink appends)
 
     torch.manual_seed(0)
     device = torch.device(args.device)
@@ -80,6 +86,7 @@ def main() -> None:
         model,
         optimizer,
         every=args.every,
+        sinks=[instrument.sinks.Console(), instrument.sinks.JSONL(args.jsonl)],
         dataloader=loader,
         backward="modules" if args.backward_modules else True,
         flops_per_step="auto",  # counted once, on the second step: TFLOP/s and MFU
@@ -94,6 +101,8 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
     handle.remove()
     print(f"final loss {loss.item():.3f}")
+    print(f"reports saved to {args.jsonl}; see them as a web page with:")
+    print(f"  python -m instrument html {args.jsonl}")
 
 
 if __name__ == "__main__":
