@@ -8,14 +8,16 @@ a reporter reports at its close and at exit itself. ``instrument.configure(exit_
 False)`` or ``INSTRUMENT_EXIT_SUMMARY=0`` in the environment turns it off; nothing is
 printed while ``instrument.disable()`` is on or when nothing was recorded.
 
-A forked child starts with nothing recorded (:mod:`instrument.registry`), so it prints
-nothing unless it records regions itself.
+A forked child starts with nothing recorded (:mod:`instrument.registry`), and a worker
+process of :mod:`multiprocessing` (a DataLoader worker, forked or spawned) never prints it:
+the tree at exit is the main script's.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import multiprocessing
 import sys
 
 from instrument import _state, clocks, lifecycle, registry
@@ -30,8 +32,11 @@ _IMPORTED_NS = _state.now()
 
 
 def wanted() -> bool:
-    """True when the exit should print the tree: on, enabled, no reporter made, records."""
+    """True when the exit should print the tree: on, enabled, no reporter made, not a
+    worker process, something recorded."""
     if not (_state.exit_summary and _state.enabled) or lifecycle.reporter_made():
+        return False
+    if multiprocessing.parent_process() is not None:  # a worker: the main script reports
         return False
     return any(node.has_records() for node in registry.walk())
 

@@ -136,3 +136,14 @@ def test_reporter_without_sinks_prints_and_an_empty_list_means_none(
         assert reporter.sinks == ()
         reporter.flush()
     assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.usefixtures("no_reporter_yet")
+def test_a_worker_process_leaves_the_exit_tree_to_the_main_script(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with instrument.timed("in a worker"):
+        pass
+    assert exit_summary.wanted()
+    monkeypatch.setattr(exit_summary.multiprocessing, "parent_process", lambda: object())
+    assert not exit_summary.wanted()
