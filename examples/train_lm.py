@@ -3,21 +3,24 @@
 One line — ``instrument.auto(model, optimizer, dataloader=loader)`` — and every ``--every``
 optimizer steps a tree shows where the steps' time went: data, forward (down to each
 attention block), backward, optimizer, zero_grad, and (other); above it, samples/s,
-tokens/s, TFLOP/s (MFU on a known GPU) and memory.
+tokens/s, TFLOP/s (MFU on a known GPU) and memory. The reports also go to a JSONL file
+(``runs/train_lm.jsonl``, replaced at each run) that ``python -m instrument html`` turns
+into a web page.
 
 python examples/train_lm.py [--steps 30] [--every 10] [--device cpu|cuda] [--backward-modules]
-    [--jsonl run.jsonl]   (also write the reports there: python -m instrument watch run.jsonl)
+                            [--jsonl runs/train_lm.jsonl]
+(follow a run live from another terminal: python -m instrument watch runs/train_lm.jsonl)
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 from torch import nn
 
 import instrument
-from instrument.sinks import JSONL
 
 
 class TransformerLM(nn.Module):
@@ -68,8 +71,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backward-modules", action="store_true", help="per-module backward")
-    parser.add_argument("--jsonl", metavar="PATH", help="also write the reports to this file")
+    parser.add_argument("--jsonl", type=Path, default=Path("runs/train_lm.jsonl"))
     args = parser.parse_args()
+    args.jsonl.unlink(missing_ok=True)  # this run's reports only (the sink appends)
 
     torch.manual_seed(0)
     device = torch.device(args.device)
@@ -83,10 +87,10 @@ def main() -> None:
         model,
         optimizer,
         every=args.every,
+        sinks=[instrument.sinks.Console(), instrument.sinks.JSONL(args.jsonl)],
         dataloader=loader,
         backward="modules" if args.backward_modules else True,
         flops_per_step="auto",  # counted once, on the second step: TFLOP/s and MFU
-        sinks=None if args.jsonl is None else [instrument.sinks.Console(), JSONL(args.jsonl)],
     )
     for batch in loader:
         batch = batch.to(device, non_blocking=True)
@@ -98,6 +102,8 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
     handle.remove()
     print(f"final loss {loss.item():.3f}")
+    print(f"reports saved to {args.jsonl}; see them as a web page with:")
+    print(f"  python -m instrument html {args.jsonl}")
 
 
 if __name__ == "__main__":

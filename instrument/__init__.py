@@ -4,6 +4,7 @@ Nested timing trees for PyTorch training, from ``@timed`` / ``with timed(...)`` 
 at a cost close to reading the clock and without synchronizing the device.
 """
 
+from instrument import exit_summary as _exit_summary  # noqa: F401 - the tree at exit without a Reporter
 from instrument import sinks
 from instrument import tree as _tree  # noqa: F401 - registers Report.render's text renderer
 from instrument.auto import AutoHandle, auto

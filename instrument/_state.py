@@ -5,6 +5,7 @@ Only :mod:`instrument.config` writes these; everything else reads them.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -23,3 +24,12 @@ mode: str = "cpu"
 
 #: The host clock in integer nanoseconds (``perf_counter_ns`` unless a ``Clock`` is injected).
 now: Callable[[], int] = time.perf_counter_ns
+
+#: Print the tree of what was recorded at exit when no Reporter was made
+#: (``configure(exit_summary=False)`` or ``INSTRUMENT_EXIT_SUMMARY=0`` turns it off).
+exit_summary: bool = os.environ.get("INSTRUMENT_EXIT_SUMMARY", "1").strip().lower() not in (
+    "0",
+    "false",
+    "no",
+    "off",
+)

@@ -24,7 +24,6 @@ from instrument.hooks import optim as optim_hooks
 from instrument.hooks import training as training_hooks
 from instrument.regions.region import check_level
 from instrument.reporter import Reporter
-from instrument.sinks.console import Console
 
 _installed: weakref.WeakKeyDictionary[nn.Module, AutoHandle] = weakref.WeakKeyDictionary()
 
@@ -324,7 +323,7 @@ def auto(
     if reporter is None:
         reporter = Reporter(
             every=every,
-            sinks=[Console()] if sinks is None else sinks,
+            sinks=sinks,
             normalizer=normalizer,
             flops_per_step=flops_per_step,
             peak_flops=peak_flops,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from instrument import diffstats
+from instrument import __version__, diffstats
 from instrument.diffstats import Shift
 from instrument.reading import ReportFileError, locate, read_file
 from instrument.report import FLUSH_ROW, OTHER_ROW, Report
@@ -580,6 +580,7 @@ def html_report(args: argparse.Namespace) -> int:
     """Write the run (and its diff against ``--base``) as one self-contained HTML file."""
     from instrument import html
 
+    output = args.output if args.output is not None else html_path(args.path)
     run = load(args.path, args.rank)
     diff_view = None
     if args.base is not None:
@@ -609,11 +610,11 @@ def html_report(args: argparse.Namespace) -> int:
     data = html.page_data(run.reports, title=title, run_name=run.name, rank=run.rank,
                           diff=diff_view)  # fmt: skip
     try:
-        with open(args.output, "w", encoding="utf-8") as file:
+        with open(output, "w", encoding="utf-8") as file:
             file.write(html.render(data))
     except OSError as exc:
-        raise CliError(f"{args.output}: cannot write the report ({exc})") from None
-    print(f"wrote {args.output}")
+        raise CliError(f"{output}: cannot write the report ({exc})") from None
+    print(f"wrote {output}")
     return 0
 
 
@@ -626,6 +627,14 @@ def watch(args: argparse.Namespace) -> int:
 
     return live_view(args.paths, interval=args.interval, idle=args.idle, once=args.once,
                      top=args.top, plain=args.plain)  # fmt: skip
+
+
+def html_path(path: str) -> str:
+    """The page ``html`` writes without ``-o``: ``path`` with the suffix ``.html``."""
+    root, suffix = os.path.splitext(path)
+    if suffix.lower() in (".html", ".htm"):
+        raise CliError(f"{path}: looks like a page, not a JSONL run; give the run's JSONL file")
+    return root + ".html"
 
 
 # -- arguments ----------------------------------------------------------------------------
@@ -669,6 +678,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="instrument",
         description="View, compare and plot instrument report files (JSONL).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
     rank_help = "the rank whose reports to use (default: the lowest present)"
 
@@ -754,7 +764,9 @@ def build_parser() -> argparse.ArgumentParser:
         "html", help="one self-contained HTML report (tree, timeline, ranks, diff)"
     )
     html_cmd.add_argument("path", help="a JSONL file written by instrument.sinks.JSONL")
-    html_cmd.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    html_cmd.add_argument(
+        "-o", "--output", help="the HTML file to write (default: the run's path, ending .html)"
+    )
     html_cmd.add_argument("--base", metavar="BASE", help="a baseline run (JSONL): adds the diff")
     html_cmd.add_argument("--rank", type=_non_negative_int, help=rank_help)
     html_cmd.add_argument(

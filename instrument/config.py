@@ -26,8 +26,10 @@ def configure(
     nvtx: bool = _UNSET,
     max_depth: int = _UNSET,
     max_paths: int = _UNSET,
+    exit_summary: bool = _UNSET,
 ) -> None:
-    """Set the default clock, the recording level, NVTX ranges, and the bounds of the tree.
+    """Set the default clock, the recording level, NVTX ranges, the bounds of the tree, and
+    the tree at exit.
 
     Args:
         clock: "auto" (default: "cuda" when CUDA is available and initialised, else "cpu"),
@@ -41,12 +43,17 @@ def configure(
             ``yield`` would otherwise grow its path at every item).
         max_paths: New paths beyond this many (default 10,000) are counted in
             ``(overflow)`` too, warned once. Paths idle for a few flushes are released.
+        exit_summary: Print one tree of what was recorded (to stderr) when the process
+            exits without having made a ``Reporter`` (a script that only uses ``timed``);
+            default ``True``, or ``False`` when the environment has
+            ``INSTRUMENT_EXIT_SUMMARY=0``.
     """
     for name, cap in (("max_depth", max_depth), ("max_paths", max_paths)):
         if cap is not _UNSET and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise ValueError(f"{name} must be an int >= 1, got {cap!r}")
-    if nvtx is not _UNSET and not isinstance(nvtx, bool):
-        raise ValueError(f"nvtx must be True or False, got {nvtx!r}")
+    for name, flag in (("nvtx", nvtx), ("exit_summary", exit_summary)):
+        if flag is not _UNSET and not isinstance(flag, bool):
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
     if clock is not _UNSET:
         clocks.check_clock(clock)
     if level is not _UNSET and level is not None:
@@ -62,6 +69,8 @@ def configure(
         _state.level = level
     if nvtx is not _UNSET:
         observe.set_nvtx(nvtx)
+    if exit_summary is not _UNSET:
+        _state.exit_summary = exit_summary
     if max_depth is not _UNSET:
         registry.max_depth = max_depth
     if max_paths is not _UNSET:

@@ -92,13 +92,21 @@ _fork_locks: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
 inherited: list[object] = []
 _live: weakref.WeakSet[Reporter] = weakref.WeakSet()
 _live_lock = ForkSafeLock()
+_reporter_made = False
 
 
 def track(reporter: Reporter) -> None:
     """``reporter`` is live: ``instrument.step()`` ticks it and the exit flushes it."""
+    global _reporter_made
     with _live_lock:
         _live.add(reporter)
+        _reporter_made = True
     install_signal_handlers()
+
+
+def reporter_made() -> bool:
+    """True once this process made a reporter (which reports at its close and at exit)."""
+    return _reporter_made
 
 
 def forget(reporter: Reporter) -> None:

@@ -46,6 +46,7 @@ from instrument.regions.region import check_level
 from instrument.report import FLUSH_ROW, Report, SelfCost
 from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
+from instrument.sinks.console import Console
 from instrument.stepcounter import StepCounter
 from instrument.stepcounter import _check_every as _check_every
 from instrument.throughput import Throughput
@@ -143,7 +144,8 @@ class Reporter:
     Args:
         every: Flush at each multiple of this many ``step()`` ticks of the run (also after a
             flush of your own); ``None`` flushes only on demand.
-        sinks: Objects with ``write(report)`` or plain callables taking a report.
+        sinks: Objects with ``write(report)`` or plain callables taking a report; default:
+            the console (``[instrument.sinks.Console()]``); ``[]`` for none.
         normalizer: A number divides every time (Megatron semantics); ``"steps"`` gives
             per-step totals (``total`` and ``self`` divided by the steps in the interval;
             per-call statistics stay per call). Counts are never divided.
@@ -243,7 +245,7 @@ class Reporter:
             check_level(level)
         self.level = level
         self.ranks = _check_ranks(ranks)
-        self._sinks: tuple[Sink, ...] = as_sinks(sinks)
+        self._sinks: tuple[Sink, ...] = as_sinks([Console()] if sinks is None else sinks)
         self._diagnosis = _check_diagnose(diagnose)
         self._failed: set[int] = set()
         self._lock = lifecycle.ForkSafeLock()
@@ -582,7 +584,7 @@ def _weakly(method: Callable[[], T]) -> Callable[[], T | None]:
 def _warn_unmeasured(
     reporter: Reporter, flops: float | None, peak: float | None, steps: int
 ) -> None:
-    """Say once why a report has no TFLOP/s or no MFU, and how to get them."""
+    """Say once why a report has no TFLOP/s or no MFU on a GPU, and how to get them."""
     if reporter.flops_per_step == "auto" and steps > 2:
         warn_once(
             "reporter:flops-unmeasured",
@@ -592,8 +594,8 @@ def _warn_unmeasured(
             "flops_per_step='auto') (it counts the second optimizer step), or pass the number",
             stacklevel=4,
         )
-    if flops is not None and peak is None:
-        device = torch.cuda.get_device_name() if clocks.cuda_ready() else "the CPU"
+    if flops is not None and peak is None and clocks.cuda_ready():  # a CPU has no MFU: quiet
+        device = torch.cuda.get_device_name()
         warn_once(
             "reporter:no-peak",
             f"instrument: no MFU, because the peak FLOP/s of {device} (dtype "

@@ -29,6 +29,6 @@ def clock() -> Iterator[FakeClock]:
 
 @pytest.fixture
 def reporter() -> Iterator[instrument.Reporter]:
-    rep = instrument.Reporter(every=None)
+    rep = instrument.Reporter(every=None, sinks=[])
     yield rep
     rep.close()

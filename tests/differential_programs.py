@@ -257,7 +257,7 @@ def run_program(program: list[Op]) -> list[list[list[Any]]]:
     reset()
     clock = FakeClock()
     with use_clock(clock):
-        reporter = instrument.Reporter(every=None)
+        reporter = instrument.Reporter(every=None, sinks=[])
         try:
             run = _Run(clock, reporter)
             run.run_caught(program)

@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from fake_cuda import fake_cuda
 from torch import nn
 
 import instrument
@@ -112,20 +113,33 @@ def test_flops_auto_never_measured_is_warned_once() -> None:
             reporter.flush()  # once only
 
 
-def test_no_known_peak_names_peak_flops() -> None:
-    with instrument.Reporter(every=None, flops_per_step=1e9) as reporter:
+def test_no_known_peak_is_quiet_on_a_cpu_and_names_peak_flops_on_a_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    options = {"every": None, "flops_per_step": 1e9, "sinks": [], "memory": False, "warmup": 0}
+    with instrument.Reporter(**options) as reporter, warnings.catch_warnings():
+        warnings.simplefilter("error")
         instrument.step()
-        with pytest.warns(RuntimeWarning, match=r"no MFU.*Reporter\(peak_flops=\.\.\.\)"):
-            report = reporter.flush()
-    assert report.throughput is not None
-    assert report.throughput.mfu is None
+        instrument.step()
+        rates = reporter.flush().throughput
+    assert rates is not None
+    assert rates.tflops is not None
+    assert rates.mfu is None
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "Unlisted GPU 9")
+    with fake_cuda(), instrument.Reporter(**options) as reporter:
+        instrument.step()
+        with pytest.warns(RuntimeWarning, match=r"no MFU.*Unlisted GPU 9.*Reporter\(peak_flops="):
+            reporter.flush()
     with (
-        instrument.Reporter(every=None, flops_per_step=1e9, peak_flops=1e12) as reporter,
+        instrument.Reporter(**options, peak_flops=1e12) as reporter,
         warnings.catch_warnings(),
     ):
         warnings.simplefilter("error")
         instrument.step()
-        assert reporter.flush().throughput is not None
+        instrument.step()
+        rates = reporter.flush().throughput
+    assert rates is not None
+    assert rates.mfu is not None
 
 
 def test_loader_already_iterated_is_warned() -> None:

@@ -518,6 +518,26 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--fail-above PCT" in out
 
 
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0
+    assert out == f"instrument {instrument.__version__}\n"
+
+
+def test_html_without_output_writes_the_page_beside_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run.jsonl"
+    write_run(run, A, reports=2)
+    code, out, err = run_cli(capsys, "html", run)
+    page = tmp_path / "run.html"
+    assert (code, out, err) == (0, f"wrote {page}\n", "")
+    assert page.read_text(encoding="utf-8").lower().startswith("<!doctype html>")
+    code, out, err = run_cli(capsys, "html", page)  # never over its input
+    assert code == 2
+    assert err.startswith(f"instrument: error: {page}: looks like a page, not a JSONL run")
+
+
 # -- the real entry point -----------------------------------------------------------------
 
 BLOCK_MATPLOTLIB = """

@@ -21,6 +21,7 @@ def test_quickstart_prints_a_timing_tree_every_interval() -> None:
         timeout=170,
     )
     assert out.returncode == 0, out.stderr
+    assert "Warning" not in out.stderr, out.stderr
     text = out.stdout
     assert text.count("step (10 steps)") == 2
     for name in ("forward", "encoder", "head", "backward", "optimizer", "data", "(other)"):
@@ -30,14 +31,21 @@ def test_quickstart_prints_a_timing_tree_every_interval() -> None:
 
 @pytest.mark.slow  # trains a small language model: about 20 s
 @pytest.mark.timeout(180)
-def test_train_lm_prints_the_auto_tree() -> None:
+def test_train_lm_prints_the_auto_tree_without_warnings_and_saves_the_run(
+    tmp_path: Path,
+) -> None:
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / "train_lm.py"), "--steps", "6", "--every", "3"],
         capture_output=True,
         text=True,
         timeout=170,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
+    assert out.stderr == ""  # no warning on a CPU (no MFU there, quietly)
+    saved = tmp_path / "runs" / "train_lm.jsonl"
+    assert len(saved.read_text(encoding="utf-8").splitlines()) == 2
+    assert out.stdout.endswith("  python -m instrument html runs/train_lm.jsonl\n")
     text = out.stdout
     assert text.count("step (3 steps)") == 2
     for name in ("forward", "encoder", "layers.0", "self_attn", "backward", "optimizer"):

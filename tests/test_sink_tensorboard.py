@@ -412,3 +412,54 @@ def test_rank_zero_writes_the_job_and_every_rank_its_own_directory(tmp_path: Pat
     assert job["time/forward/rank_argmax"] == [(1, 1.0)]
     one = read(tmp_path / "each" / "rank1")
     assert one["time/forward/mean_ms"] == [(1, pytest.approx(200.0))]
+
+
+# -- which regions get tags ----------------------------------------------------------------
+
+
+def deep_report(clock: FakeClock) -> Report:
+    """``forward`` over 12 layers (layer<i> takes i ms, with a 0.1 ms ``attn`` in it), and
+    ``backward``: 26 regions."""
+    reporter = instrument.Reporter(every=None, sinks=[], memory=False)
+    with instrument.timed("forward"):
+        for i in range(12):
+            with instrument.timed(f"layer{i}"):
+                clock.advance(i / 1e3)
+                with instrument.timed("attn"):
+                    clock.advance(0.0001)
+    with instrument.timed("backward"):
+        clock.advance(0.05)
+    instrument.step()
+    return reporter.flush()
+
+
+def tagged(values: dict[str, float]) -> set[str]:
+    """The region paths with ``time/`` tags."""
+    return {tag[5:].rpartition("/")[0] for tag in values if tag.startswith("time/")}
+
+
+def test_top_keeps_the_top_level_and_the_regions_with_the_most_time(clock: FakeClock) -> None:
+    report = deep_report(clock)
+    every = scalars(report)
+    assert len(tagged(every)) == 26
+    three = scalars(report, top=3)
+    assert tagged(three) == {"forward", "backward", *(f"forward/layer{i}" for i in (9, 10, 11))}
+    assert tagged(scalars(report, top=0)) == {"forward", "backward"}
+    rest = {tag: value for tag, value in every.items() if not tag.startswith("time/")}
+    assert rest  # step time, self-cost, diagnosis: written whatever ``top``
+    assert {tag: v for tag, v in three.items() if not tag.startswith("time/")} == rest
+    assert all(every[tag] == value for tag, value in three.items())
+
+
+def test_the_sink_writes_ten_deeper_regions_by_default_and_every_one_on_request(
+    clock: FakeClock,
+) -> None:
+    report = deep_report(clock)
+    default, every = Writer(), Writer()
+    TensorBoard(writer=default).write(report)
+    TensorBoard(writer=every, top=None).write(report)
+    assert len(tagged({tag: value for tag, value, _, _ in default.scalars})) == 2 + 10
+    assert {tag for tag, _, _, _ in every.scalars} == set(scalars(report))
+    for bad in (-1, 2.5, True, "all"):
+        with pytest.raises(ValueError, match=r"top must be an int >= 0, or None for every region"):
+            TensorBoard(writer=Writer(), top=bad)  # type: ignore[arg-type]

@@ -347,3 +347,18 @@ def test_a_run_passed_in_needs_no_import(monkeypatch: pytest.MonkeyPatch) -> Non
 @needs_wandb
 def test_repr() -> None:
     assert repr(WandB(prefix="perf")) == "WandB(wandb.run, prefix='perf/', step='report')"
+
+
+def test_top_limits_the_regions_logged() -> None:
+    host = Stats(1, 0.5, 0.5, 0.5, 0.5, 0.0, 0.5, 0.5, 0.5)
+    paths = ("a", *(f"a/{i}" for i in range(12)))
+    report = Report(nodes=tuple(Node(path=p, host=host) for p in paths), index=1)
+    default, every = Run(), Run()
+    WandB(default).write(report)
+    WandB(every, top=None).write(report)
+    ((limited, _),) = default.calls
+    ((full, _),) = every.calls
+    assert sum(key.endswith("/mean_ms") for key in limited) == 1 + 10
+    assert sum(key.endswith("/mean_ms") for key in full) == 1 + 12
+    with pytest.raises(ValueError, match="top must be an int >= 0, or None for every region"):
+        WandB(Run(), top=-1)

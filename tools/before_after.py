@@ -55,7 +55,7 @@ def calls_plain(n):
 def calls_decorated(n):
     for _ in range(n): decorated()
 
-reporter = instrument.Reporter(every=None)
+reporter = instrument.Reporter(every=None, sinks=[])
 names = [instrument.timed(f"p{i}") for i in range(100)]
 def flush_once():
     for r in names:

@@ -1,5 +1,11 @@
 """A report flattened into ``{tag: float}``: the scalars TensorBoard and wandb log.
 
+Which regions get tags: with ``top=None`` every region of the report; with ``top=k`` (the
+sinks' default is :data:`TOP`) the top-level regions (the phases: ``forward``, ``backward``,
+``optimizer``...) and the ``k`` deeper regions with the most time in this report, so a deep
+model writes tens of tags, not thousands. Every other tag (step time, throughput, memory,
+the timing's own cost, stragglers, diagnosis) is always written.
+
 Tags, with ``<path>`` the region's path (``step/forward``):
 
 - ``time/<path>/total_ms``, ``self_ms``, ``mean_ms``, ``max_ms``, ``p90_ms`` and ``count``:
@@ -29,7 +35,8 @@ Tags, with ``<path>`` the region's path (``step/forward``):
 - ``across/<tag>/rank_min``, ``rank_max``, ``rank_mean``, ``rank_argmin``, ``rank_argmax``
   for each value of ``report.across``, ``<tag>`` being its own tag above
   (``across/throughput/tokens_per_sec/rank_min``, ``across/memory/host_rss_gib/rank_max``),
-  and ``across/own/<path>_ms/...`` for a region's own time (``"own.<path>"``).
+  and ``across/own/<path>_ms/...`` for a region's own time (``"own.<path>"``, for the
+  regions that get tags).
 - ``diagnosis/<kind>`` for every kind of finding (``diagnosis/input_bound``...): 0 absent,
   1 info, 2 warning, 3 critical; ``diagnosis/verdict`` the same for the report's verdict;
   when the report was diagnosed.
@@ -53,6 +60,8 @@ from instrument.stats import Stats
 MS = 1e3
 GIB = float(2**30)
 THROUGHPUT_FIELDS = ("steps_per_sec", "samples_per_sec", "tokens_per_sec", "tflops", "mfu")
+#: The deeper regions (below the top level) that get tags by default.
+TOP = 10
 MEMORY_COUNTS = frozenset({"device_alloc_retries", "device_ooms"})
 _INVALID = re.compile(r"[^\w.\-]+")
 
@@ -65,6 +74,28 @@ def global_step(report: Report) -> int:
 def tag_segment(name: str) -> str:
     """``name`` with the characters a tag cannot hold replaced (``"a (b)"`` → ``"a_b"``)."""
     return "_".join(part for part in _INVALID.split(name) if part) or "_"
+
+
+def check_top(top: object) -> int | None:
+    """``top`` as given to a sink: ``None`` (every region) or an int >= 0."""
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
+        raise ValueError(f"top must be an int >= 0, or None for every region, got {top!r}")
+    return top
+
+
+def tagged_paths(report: Report, top: int | None) -> frozenset[str] | None:
+    """The paths that get tags: the top-level ones and the ``top`` deeper ones with the most
+    time (``None``: every path)."""
+    if top is None:
+        return None
+    deeper = sorted(
+        (node for node in report.nodes if "/" in node.path),
+        key=lambda node: max(node.total, node.rank_max or 0.0),  # or on the slowest rank
+        reverse=True,
+    )
+    kept = {node.path for node in report.nodes if "/" not in node.path}
+    kept.update(node.path for node in deeper[:top])
+    return frozenset(kept)
 
 
 class _PathTags:
@@ -136,12 +167,17 @@ def _across_tag(key: str) -> tuple[str, float]:
     return "/".join(tag_segment(part) for part in key.split(".")), 1.0
 
 
-def scalars(report: Report) -> dict[str, float]:
-    """Every number of ``report`` worth plotting, under the tags described in this module."""
+def scalars(report: Report, top: int | None = None) -> dict[str, float]:
+    """The numbers of ``report`` worth plotting, under the tags described in this module:
+    those of every region (``top=None``), or of the top-level ones and the ``top`` deeper
+    ones with the most time."""
     out: dict[str, float] = {}
     tags = _PathTags()
+    kept = tagged_paths(report, check_top(top))
     for node in report.nodes:
-        tag = tags(node.path)
+        tag = tags(node.path)  # every path, so a name's suffix never depends on ``top``
+        if kept is not None and node.path not in kept:
+            continue
         base = f"time/{tag}"
         if node.count:
             _times(out, base, node.stats)
@@ -180,6 +216,8 @@ def scalars(report: Report) -> dict[str, float]:
             out["instrument/hooked"] = float(cost.hooked)
             out["instrument/hooked_ns"] = cost.hooked_ns
     for key, ranks in report.across.items():
+        if kept is not None and key.startswith("own.") and key[4:] not in kept:
+            continue
         tag, factor = _across_tag(key)
         _across(out, f"across/{tag}", ranks, factor)
     if report.group_size:

@@ -10,7 +10,7 @@ from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
-from instrument.sinks.scalars import global_step, scalars
+from instrument.sinks.scalars import TOP, check_top, global_step, scalars
 
 INSTALL_HINT = 'TensorBoard sink needs tensorboard: pip install "torch-instrument[tensorboard]"'
 
@@ -47,8 +47,9 @@ class TensorBoard(Sink):
 
     The tags are those of :func:`instrument.sinks.scalars.scalars` (``time/<path>/mean_ms``,
     ``time_host/...``, ``time_device/...``, ``step_time/...``, ``throughput/...``,
-    ``memory/...``, ``across/...``), all at the report's step (the steps seen so far, or the
-    report's index when no step was marked) and the report's wall time.
+    ``memory/...``, ``across/...``, ``diagnosis/...``), all at the report's step (the steps
+    seen so far, or the report's index when no step was marked) and the report's wall time.
+    Regions get tags for the top level and the ``top`` deeper regions with the most time.
 
     Args:
         log_dir: The directory for a ``SummaryWriter`` that the sink creates on the first
@@ -59,6 +60,8 @@ class TensorBoard(Sink):
         ranks: Which ranks write: rank 0 by default (one run per job), "all", a rank, or a
             collection of ranks.
         flush_secs: How often the created writer pushes events to disk.
+        top: How many regions below the top level get tags in each report (those with
+            the most time; default 10); ``None`` writes every region.
 
     Distributed: construct it on every rank; it calls no collective. Only the ranks in
     ``ranks`` write. With ``ranks="all"`` give ``log_dir`` a ``{rank}`` placeholder
@@ -79,6 +82,7 @@ class TensorBoard(Sink):
         writer: Any = None,
         ranks: RankFilter = 0,
         flush_secs: float = 30.0,
+        top: int | None = TOP,
     ) -> None:
         if (log_dir is None) == (writer is None):
             given = "both" if writer is not None else "neither"
@@ -90,6 +94,7 @@ class TensorBoard(Sink):
         self.log_dir = None if log_dir is None else _check_log_dir(log_dir)
         self.ranks = check_rank_filter(ranks)
         self.flush_secs = _check_flush_secs(flush_secs)
+        self.top = check_top(top)
         self._writer_type: Any = None
         if self.log_dir is not None:
             extras.require("tensorboard", INSTALL_HINT)
@@ -104,7 +109,7 @@ class TensorBoard(Sink):
         return self._given if self._given is not None else self._created
 
     def write(self, report: Report) -> None:
-        values = scalars(report)
+        values = scalars(report, self.top)
         step = global_step(report)
         walltime = report.end_time or None
         with self._lock:

@@ -9,7 +9,7 @@ from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
 from instrument.sinks.base import RankFilter, Sink, check_rank_filter
-from instrument.sinks.scalars import global_step, scalars
+from instrument.sinks.scalars import TOP, check_top, global_step, scalars
 
 logger = logging.getLogger("instrument")
 
@@ -34,7 +34,8 @@ def _next_step(run: Any) -> int | None:
 class WandB(Sink):
     """Log each report to a wandb run: the tags of :func:`instrument.sinks.scalars.scalars`
     (``time/<path>/mean_ms``, ``throughput/tokens_per_sec``, ...) plus ``instrument/step``
-    (the report's step), each key after ``prefix``.
+    (the report's step), each key after ``prefix``. Regions get keys for the top level and
+    the ``top`` deeper regions with the most time.
 
     The run is ``run`` if given, else the active ``wandb.run`` at each report, else, only
     when ``init_kwargs`` were given, one the sink starts with ``wandb.init(**init_kwargs)``
@@ -58,6 +59,8 @@ class WandB(Sink):
         commit: Passed to ``run.log``. With ``step="report"``, ``None`` leaves the row open
             until a later step is logged (your own metrics for that step join it), and
             ``True`` commits it at once.
+        top: How many regions below the top level get keys in each report (those with the
+            most time; default 10); ``None`` logs every region.
         init_kwargs: Arguments for ``wandb.init`` (``project=``, ``mode="offline"``, ...).
 
     Distributed: construct it on every rank; it calls no collective. Only the ranks in
@@ -76,6 +79,7 @@ class WandB(Sink):
         prefix: str = "",
         step: str = "report",
         commit: bool | None = None,
+        top: int | None = TOP,
         **init_kwargs: Any,
     ) -> None:
         if run is not None and not callable(getattr(run, "log", None)):
@@ -87,6 +91,7 @@ class WandB(Sink):
         if commit is not None and not isinstance(commit, bool):
             raise TypeError(f"WandB commit must be True, False or None, got {commit!r}")
         self.ranks = check_rank_filter(ranks)
+        self.top = check_top(top)
         self._wandb: Any = None
         if run is None:  # imported now, never in a flush (a fork during an import hangs)
             extras.require("wandb", INSTALL_HINT)
@@ -102,7 +107,8 @@ class WandB(Sink):
 
     def write(self, report: Report) -> None:
         prefix = self.prefix
-        values: dict[str, float | int] = {prefix + k: v for k, v in scalars(report).items()}
+        tags = scalars(report, self.top)
+        values: dict[str, float | int] = {prefix + k: v for k, v in tags.items()}
         step = global_step(report)
         values[prefix + STEP_KEY] = step
         with self._lock:

@@ -41,7 +41,7 @@ def worker(rank: int, world: int, paths: int, flushes: int) -> dict[str, Any]:
     flush_bytes, gather_bytes = [], []
     with use_clock(clock):
         reporter = instrument.Reporter(
-            every=None, ranks="max", rank_timeout=120, memory=False, warmup=0
+            every=None, sinks=[], ranks="max", rank_timeout=120, memory=False, warmup=0
         )
         for i in range(flushes + 1):  # the first flush warms up (metadata, connections)
             for p in range(paths):
