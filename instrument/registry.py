@@ -593,6 +593,18 @@ def collect(open_now: list[OpenCall] | None = None) -> Collected:
     return collected
 
 
+def forget_idle_paths() -> None:
+    """Release every path that nothing holds and nothing recorded in (``testing.reset``,
+    after :func:`clear`): the paths start again from those a fresh import knows, and so
+    does their order of first appearance."""
+    global _live_paths
+    if not _REFCOUNTS:
+        return
+    with _lock:
+        released = take_tree(ROOT, 0, None, concurrent)[-1]
+        _live_paths -= released
+
+
 def _take_tree(
     root: PathNode, idle_limit: int, keep: AbstractSet[PathNode] | None, concurrent: set[Any] | None
 ) -> TakenTree:

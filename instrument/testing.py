@@ -92,6 +92,7 @@ def reset() -> None:
     compat_feed.to_registry(False)
     config.configure(clock="auto")
     registry.clear()
+    registry.forget_idle_paths()
     registry.max_depth, registry.max_paths = registry.MAX_DEPTH, registry.MAX_PATHS
     frames._set(frames.ROOT_FRAME)
     _warn.reset()
