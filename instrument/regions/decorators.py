@@ -8,6 +8,7 @@ working. Every wrapper opens and closes a frame through :mod:`instrument.regions
 from __future__ import annotations
 
 import copyreg
+import functools
 import inspect
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, SupportsIndex, TypeVar
@@ -43,7 +44,7 @@ for _type in (native.timed_types or ())[:2]:  # the C wrapper types: immutable, 
 def decorate(func: F, region: Region) -> F:
     """Wrap ``func`` (function, method, classmethod, staticmethod, coroutine or generator
     function) so that each call — each resumption, for generators — is timed as ``region``."""
-    target = getattr(func, "__func__", func)
+    target = _behind(func)
     if inspect.iscoroutinefunction(target):
         wrapper = _async_wrapper(region)
     elif inspect.isasyncgenfunction(target):
@@ -57,6 +58,18 @@ def decorate(func: F, region: Region) -> F:
     enabled = native.enabled_flag(region)
     wrapper_type = native.function_wrapper(func, wrapper, TimedFunction)
     return wrapper_type(func, wrapper, enabled)  # type: ignore[no-any-return]
+
+
+def _behind(func: object) -> object:
+    """The function whose kind (coroutine, generator...) says how ``func`` is timed: the
+    one behind a method, a ``functools.partial`` or a callable object's ``__call__`` (an
+    object whose ``__call__`` is ``async def`` is timed until its coroutine ends)."""
+    target = getattr(func, "__func__", func)
+    while isinstance(target, functools.partial):
+        target = target.func
+    if callable(target) and not inspect.isroutine(target) and not inspect.isclass(target):
+        target = getattr(type(target), "__call__", target)
+    return target
 
 
 def direct_call(func: F, region: Region) -> F | None:
