@@ -68,7 +68,7 @@ def _behind(func: object) -> object:
     while isinstance(target, functools.partial):
         target = target.func
     if callable(target) and not inspect.isroutine(target) and not inspect.isclass(target):
-        target = getattr(type(target), "__call__", target)
+        target = type(target).__call__
     return target
 
 
