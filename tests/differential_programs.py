@@ -160,6 +160,10 @@ class _Run:
             self.resume()
         elif kind == "gen":
             self.generator(op[1], op[2], op[3], op[4])
+        elif kind == "disable":
+            instrument.disable()
+        elif kind == "enable":
+            instrument.enable()
         # "await" is a no-op in plain code
 
     def run_caught(self, ops: list[Op]) -> None:

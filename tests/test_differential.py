@@ -34,8 +34,9 @@ WORKER = Path(__file__).resolve().parent / "differential_programs.py"
 
 names = st.sampled_from(["a", "b", "c"])
 leaves = st.sampled_from(
-    [["tick"], ["flush"], ["boom"], ["await"], ["yield"], ["resume"], ["runloop"]]
-)
+    [["tick"], ["flush"], ["boom"], ["await"], ["yield"], ["resume"], ["runloop"], ["disable"],
+     ["enable"]]
+)  # fmt: skip
 
 
 def _extend(children: st.SearchStrategy[list[Any]]) -> st.SearchStrategy[list[Any]]:
@@ -129,19 +130,23 @@ def test_c_and_pure_python_record_the_same_in_many_programs(
 @pytest.mark.parametrize(
     "program",
     [
-        # issue 17 item 14: greenlets switching inside regions
+        # greenlets switching inside regions
         [
             ["greenlet", [["region", "a", "with", [["yield"], ["region", "b", "with", []]]]]],
             ["greenlet", [["region", "c", "with", [["yield"], ["region", "b", "with", []]]]]],
             ["resume"],
         ],
-        # issue 17 item 15: a task created in region a, first run inside region b
+        # a task created in region a, first run inside region b
         [
             ["region", "a", "with", [["task", [["region", "c", "with", []]]]]],
             ["region", "b", "with", [["runloop"]]],
         ],
         # a decorated generator open across yield while the consumer opens regions
         [["gen", "a", 3, [["tick"]], [["region", "b", "decorator", [["tick"]]]]]],
+        # a generator made while instrument is disabled, resumed after it is enabled again
+        [["disable"], ["gen", "a", 3, [["tick"]], [["enable"], ["tick"]]]],
+        # ... and the other way round
+        [["gen", "a", 3, [["tick"]], [["disable"], ["tick"]]], ["enable"]],
         # an exception leaving a region, then a copied context flushing inside a timer
         [
             [

@@ -45,6 +45,8 @@ def decorate(func: F, region: Region) -> F:
     """Wrap ``func`` (function, method, classmethod, staticmethod, coroutine or generator
     function) so that each call — each resumption, for generators — is timed as ``region``."""
     target = _behind(func)
+    enabled = None  # the wrapper always runs: a generator or coroutine made while the region
+    # is skipped is timed from the first resumption after it is back, on both paths
     if inspect.iscoroutinefunction(target):
         wrapper = _async_wrapper(region)
     elif inspect.isasyncgenfunction(target):
@@ -53,9 +55,9 @@ def decorate(func: F, region: Region) -> F:
         wrapper = _generator_wrapper(region)
     else:
         wrapper = _sync_wrapper(region)
-    # With the C path, wrapt itself calls ``func`` directly while the region is skipped,
-    # and a ``CallTimer`` gets a wrapt type that calls ``func`` without wrapt's generic call.
-    enabled = native.enabled_flag(region)
+        # With the C path, wrapt itself calls ``func`` directly while the region is skipped,
+        # and a ``CallTimer`` gets a wrapt type that calls ``func`` without wrapt's call.
+        enabled = native.enabled_flag(region)
     wrapper_type = native.function_wrapper(func, wrapper, TimedFunction)
     return wrapper_type(func, wrapper, enabled)  # type: ignore[no-any-return]
 
