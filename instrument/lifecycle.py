@@ -41,6 +41,8 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
+from instrument import registry
+
 try:  # the C function that signal.getsignal wraps: the raw handler, no enum made per call
     from _signal import getsignal as _raw_getsignal  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # pragma: no cover - CPython always has it
@@ -144,7 +146,12 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     global _flushing_for_signal
     if signal.getsignal(signum) is not _on_signal:
         return  # called by a handler installed later, which owns the signal (see above)
-    if not _flushing_for_signal:  # a second signal during the flush: die at once
+    if not _flushing_for_signal and registry.held_here():
+        # the signal interrupted this thread inside the registry (making a path, folding a
+        # buffer): a helper thread would wait for it; the lock lets this thread in again
+        _flushing_for_signal = True
+        _flush_at_exit()
+    elif not _flushing_for_signal:  # a second signal during the flush: die at once
         _flushing_for_signal = True
         helper = threading.Thread(target=_flush_at_exit, name="instrument-signal-flush")
         helper.daemon = True

@@ -44,7 +44,18 @@ from instrument.stats import Accumulator, Summary
 
 CHUNK = 4096
 
-_lock = threading.Lock()
+#: Guards the tree's shape and the swaps of a flush. Re-entrant: a signal handler that
+#: flushes may run while its thread holds it (making a path, folding a buffer) and must
+#: not wait for itself; a collect inside a collect is refused instead (:func:`collect`).
+_lock = threading.RLock()
+#: The threads whose :func:`collect` is running.
+_collecting: set[int] = set()
+
+
+def held_here() -> bool:
+    """True when this thread holds the registry lock (a signal handler that interrupted
+    it, say): another thread waiting for the lock would wait for this one to go on."""
+    return bool(_lock._is_owned())  # type: ignore[attr-defined]
 
 
 class _PyNodeBase:
@@ -564,8 +575,23 @@ def collect(open_now: list[OpenCall] | None = None) -> Collected:
     """Snapshot and reset every path; resolve pending device events; split the calls in
     ``open_now`` (:func:`open_calls` of the flushing context) at this flush; release the
     paths idle for :data:`idle_flushes` flushes."""
+    ident = threading.get_ident()
+    with _lock:
+        if ident in _collecting:  # a signal handler's flush inside this thread's flush
+            raise RuntimeError(
+                "instrument: a flush started inside another flush of this thread (from a "
+                "signal handler); it is skipped, the flush it interrupted goes on"
+            )
+        _collecting.add(ident)
+    try:
+        return _collect(open_now or [])
+    finally:
+        _collecting.discard(ident)
+
+
+def _collect(open_now: list[OpenCall]) -> Collected:
+    """:func:`collect`'s work."""
     global _bytes, _early, _live_paths, _united
-    open_now = open_now or []
     opened = {call[0] for call in open_now} if open_now else set()
     with _lock:
         moved, _bytes = _bytes, {}
@@ -818,8 +844,9 @@ _inherited: list[object] = []
 
 def _after_fork_in_child() -> None:
     """A forked child (a DataLoader worker, say) starts with nothing recorded."""
-    global _lock
-    _lock = threading.Lock()  # the parent may have held it while forking
+    global _lock, _collecting
+    _lock = threading.RLock()  # the parent may have held it while forking
+    _collecting = set()
     _inherited.extend((clocks.events._free, pending, _pending_retired, _early))
     clocks.events.clear()
     clear()
