@@ -304,16 +304,16 @@ def test_handlers_are_installed_only_over_the_default_disposition() -> None:
             pass
 
         signal.signal(signal.SIGHUP, mine)
-        instrument.Reporter(every=None)
+        instrument.Reporter(every=None, sinks=[])
         assert signal.getsignal(signal.SIGTERM) is lifecycle._on_signal
         assert signal.getsignal(signal.SIGHUP) is mine
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # someone put the default back
-        instrument.Reporter(every=None).flush()  # the flush installs it again
+        instrument.Reporter(every=None, sinks=[]).flush()  # the flush installs it again
         assert signal.getsignal(signal.SIGTERM) is lifecycle._on_signal
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         flushed = []
         thread = threading.Thread(target=lambda: flushed.append(
-            instrument.Reporter(every=None).flush()))
+            instrument.Reporter(every=None, sinks=[]).flush()))
         thread.start(); thread.join()
         assert flushed and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         print("ok")

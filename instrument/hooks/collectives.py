@@ -402,11 +402,13 @@ def timed_comm_hook(hook: Hook | None = None, name: str = "ddp_all_reduce") -> H
         span = Span(name, parent=_hook_parent())
         done = _ender(span, _tensor_bytes(buffer))
         fut: torch.futures.Future[torch.Tensor] = _run_inside(inner, (state, bucket), {})
-        # a callback on the hook's own future, not a chained future: a failing all-reduce
-        # reaches DDP (and the user) with the error the hook gave, not wrapped once more
-        # and with no frame of instrument's
-        fut.add_done_callback(lambda _: done())
-        return fut
+
+        def finished(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+            done()
+            return f.value()
+
+        # chained, so that the bucket's span ends before DDP goes on with its result
+        return fut.then(finished)
 
     return timed_hook
 
