@@ -83,3 +83,30 @@ def test_a_rank_gone_is_waited_for_once_then_given_only_a_grace() -> None:
     assert first >= timeout * 0.9  # the first flush waits: the rank may only be late
     assert later
     assert all(s < timeout / 2 for s in later), later
+
+
+def _late_once_then_slow(rank: int, world_size: int, timeout: float) -> list[str]:
+    """Rank 1 comes to the second flush after the others gave up, then to each later one
+    later than the 2 s grace but within ``timeout``: rank 0's notes, flush by flush."""
+    reporter = instrument.Reporter(every=None, ranks="minmax", rank_timeout=timeout, sinks=[])
+    notes = []
+    for flush in range(4):
+        with instrument.timed("work"):
+            time.sleep(0.001)
+        reporter.step()
+        if rank == 1 and flush == 1:
+            time.sleep(timeout + 1)  # arrives late, before the grace of the next one ends
+        elif rank == 1 and flush > 1:
+            time.sleep(3.0)
+        notes.append(reporter.flush().across_note)
+    reporter.close(local=True)
+    return notes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_rank_that_came_late_is_waited_for_in_full_again() -> None:
+    notes = run_ranks(_late_once_then_slow, 2, 6.0, timeout=100)[0]
+    assert notes[0] == ""
+    assert "ranks [1] did not reach this flush" in notes[1]
+    assert notes[2:] == ["", ""]  # it arrived late: not presumed gone, combined again

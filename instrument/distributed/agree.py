@@ -25,6 +25,7 @@ import dataclasses
 import datetime
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -144,9 +145,10 @@ _keys_lock = threading.Lock()
 _keys: dict[tuple[str, int], int] = {}  # (group, last step) -> flushes made at that step
 _keys_world: object = None
 _done: dict[str, list[str]] = {}  # per group: prefixes whose keys may be deleted
-#: per group: the ranks that missed this process's last check (not closed): the next check
-#: waits for them only ``CLOSED_GRACE`` seconds, not the whole timeout again
-_absent: dict[str, frozenset[int]] = {}
+#: per group: the store prefix of this process's last check and the ranks that missed it
+#: (not closed): the next check waits for them only ``CLOSED_GRACE`` seconds, not the whole
+#: timeout again, unless they arrived at it late (then they are expected in full again)
+_absent: dict[str, tuple[str, frozenset[int]]] = {}
 
 
 def _follow_world() -> None:
@@ -224,7 +226,7 @@ def _settle(store: Store, prefix: str, verdict: Verdict) -> Verdict:
 
 
 def _check(
-    where: _Place, prefix: str, mine: Arrival, seconds: float, absent: frozenset[int]
+    where: _Place, prefix: str, mine: Arrival, seconds: float, absent: Callable[[], frozenset[int]]
 ) -> Verdict:
     store, world = where.store, len(where.ranks)
     _append(store, prefix + "arrived", mine.text(where.rank) + ",")
@@ -236,14 +238,14 @@ def _check(
         return Verdict.from_json(_text(store.get(prefix + "status")), late=True)
     if count == world:  # the last to arrive decides
         differ = store.check([prefix + "differ"])
-        judged = _judge(where, prefix, differ, all_arrived=True, absent=absent)
+        judged = _judge(where, prefix, differ, all_arrived=True, absent=frozenset())
         return _settle(store, prefix, judged)
     # wait in two parts, looking before each whether the ranks missing have closed their
     # reporters or missed the last check too (then none is expected): one may close just
     # after this rank arrived, and one presumed gone gets the first part to come back
     first = min(seconds, CLOSED_GRACE)
-    for part, presumed in ((first, frozenset[int]()), (seconds - first, absent)):
-        if part <= 0 or _only_gone_missing(where, prefix, presumed):
+    for part, presumed in ((first, frozenset[int]), (seconds - first, absent)):
+        if part <= 0 or _only_gone_missing(where, prefix, presumed()):
             break
         try:
             store.wait([prefix + "status"], datetime.timedelta(seconds=part))
@@ -261,7 +263,7 @@ def _check(
         except RuntimeError:
             pass
     differ = store.check([prefix + "differ"])
-    judged = _judge(where, prefix, differ, all_arrived=False, absent=absent)
+    judged = _judge(where, prefix, differ, all_arrived=False, absent=absent())
     verdict = _settle(store, prefix, judged)
     if not verdict.ok:
         store.add(prefix + "count", _GAVE_UP)
@@ -342,6 +344,15 @@ def _clean(where: _Place, prefix: str) -> None:
     earlier[:] = [prefix]
 
 
+def _still_absent(where: _Place) -> frozenset[int]:
+    """The ranks that missed this process's last check and have not arrived at it late
+    since (one store read, only while some rank is absent): read when the grace is over."""
+    prefix, missed = _absent.get(where.name, ("", frozenset[int]()))
+    if not missed:
+        return missed
+    return missed - _arrivals(where.store, prefix).keys()
+
+
 def agree(mine: Arrival, timeout: float, group: ProcessGroup | None = None) -> Verdict:
     """Check, waiting at most ``timeout`` seconds, that every rank of ``group`` (default:
     the world) reached the same interval; never raises. A group of one (or no process
@@ -353,10 +364,10 @@ def agree(mine: Arrival, timeout: float, group: ProcessGroup | None = None) -> V
         if where is None or len(where.ranks) == 1:
             return Verdict(ok=True)
         prefix = _meeting(where, mine.last_step)
-        absent = _absent.get(where.name, frozenset())
         with suppressed():
-            verdict = _check(where, prefix, mine, timeout, absent)
-        _absent[where.name] = frozenset(r for r in verdict.missing if r not in verdict.closed)
+            verdict = _check(where, prefix, mine, timeout, lambda: _still_absent(where))
+        gone = frozenset(r for r in verdict.missing if r not in verdict.closed)
+        _absent[where.name] = (prefix, gone)
         if verdict.ok and where.rank == where.ranks[0]:
             _clean(where, prefix)
         return dataclasses.replace(verdict, prefix=prefix)
