@@ -93,17 +93,15 @@ def check_readers(everys: list[int], program: list[list[Region]]) -> None:
         assert [figures(report) for report in got] == want, f"every={every}"
 
 
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.integers(1, 5), min_size=2, max_size=3), steps)
-def test_two_or_three_reporters_each_report_every_record_of_their_intervals(
-    everys: list[int], program: list[list[Region]]
-) -> None:
-    check_readers(everys, program)
+#: The ``every`` of each of two, three or ten reporters.
+everys = st.sampled_from([2, 3, 10]).flatmap(
+    lambda n: st.lists(st.integers(1, 7), min_size=n, max_size=n)
+)
 
 
-@settings(max_examples=10, deadline=None)
-@given(st.lists(st.integers(1, 7), min_size=10, max_size=10), steps)
-def test_ten_reporters_each_report_every_record_of_their_intervals(
+@settings(max_examples=40, deadline=None)
+@given(everys, steps)
+def test_each_of_several_reporters_reports_every_record_of_its_intervals(
     everys: list[int], program: list[list[Region]]
 ) -> None:
     check_readers(everys, program)
