@@ -119,15 +119,21 @@ class MLflow(Sink):
         fluent_uri = self._mlflow.get_tracking_uri()
         self.tracking_uri: str = uri or fluent_uri
         self._follows_active = self.tracking_uri == fluent_uri
-        self._client: Any = self._mlflow.MlflowClient(tracking_uri=self.tracking_uri)
-        try:  # the store's backend (sqlalchemy, requests...) is imported here, not in a flush
-            _ = self._client._tracking_client.store
-        except Exception:  # raised again at the first report, where the reporter logs it
+        self._client: Any = None
+        try:  # opens the store: its backend (sqlalchemy, requests...) is imported now
+            self._open()
+        except Exception:  # opened again at the next report, where the reporter logs it
             pass
         self._version = _version()
         self._created: str | None = None  # the run this sink created (ended at close)
         self._configured: set[str] = set()  # runs that have the params
         self._lock = ForkSafeLock()
+
+    def _open(self) -> Any:
+        """The client, made on first use (a store that failed to open is tried again)."""
+        if self._client is None:
+            self._client = self._mlflow.MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
 
     def write(self, report: Report) -> None:
         front = self.prefix
@@ -141,13 +147,14 @@ class MLflow(Sink):
             for tag, value in scalars(report, self.top).items()
         ]
         with self._lock:
-            run_id = self._run_id()
+            client = self._open()
+            run_id = self._run_id(client)
             if run_id not in self._configured:
                 self._configured.add(run_id)
-                self._log_params(run_id, report)
-            self._client.log_batch(run_id, metrics=metrics)
+                self._log_params(client, run_id, report)
+            client.log_batch(run_id, metrics=metrics)
 
-    def _run_id(self) -> str:
+    def _run_id(self, client: Any) -> str:
         if self.run_id is not None:
             return self.run_id
         if self._created is not None:
@@ -156,20 +163,20 @@ class MLflow(Sink):
             active = self._mlflow.active_run()
             if active is not None:
                 return str(active.info.run_id)
-        run = self._client.create_run(self._experiment_id(), run_name=self.run_name)
+        run = client.create_run(self._experiment_id(client), run_name=self.run_name)
         self._created = str(run.info.run_id)
         return self._created
 
-    def _experiment_id(self) -> str:
+    def _experiment_id(self, client: Any) -> str:
         name = self.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME")
         if not name:
             return os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
-        found = self._client.get_experiment_by_name(name)
+        found = client.get_experiment_by_name(name)
         if found is not None:
             return str(found.experiment_id)
-        return str(self._client.create_experiment(name))
+        return str(client.create_experiment(name))
 
-    def _log_params(self, run_id: str, report: Report) -> None:
+    def _log_params(self, client: Any, run_id: str, report: Report) -> None:
         """instrument's configuration as the run's params; a conflict is said once."""
         values = {
             "version": self._version,
@@ -181,7 +188,7 @@ class MLflow(Sink):
         }
         params = [self._param(f"{self.prefix}instrument.{k}", v) for k, v in values.items()]
         try:
-            self._client.log_batch(run_id, params=params)
+            client.log_batch(run_id, params=params)
         except Exception as error:
             logger.warning(
                 "instrument: MLflow run %s did not take instrument's params (%s); the "
@@ -195,7 +202,7 @@ class MLflow(Sink):
         with self._lock:
             if self._created is not None:
                 run_id, self._created = self._created, None
-                self._client.set_terminated(run_id)
+                self._open().set_terminated(run_id)
 
     def __repr__(self) -> str:
         target = self.run_id or ("active run" if self._follows_active else "new run")
