@@ -44,6 +44,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     uri = (tmp_path_factory.mktemp("mlruns") / "store").as_uri()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")  # no thread reaching out
         before = mlflow.get_tracking_uri()
         mlflow.set_tracking_uri(uri)
         yield uri
@@ -182,6 +183,16 @@ def test_several_ranks_keep_apart_and_the_filter_holds(store: str) -> None:
     assert repr(sink) == f"MLflow({run_id}, tracking_uri={store!r})"
 
 
+@needs_mlflow
+def test_mlflow_is_imported_when_the_sink_is_made_never_at_a_report(store: str) -> None:
+    host = Stats(1, 0.5, 0.5, 0.5, 0.5, 0.0, 0.5, 0.5, 0.5)
+    sink = MLflow(experiment="imports")
+    before = set(sys.modules)
+    sink.write(Report(nodes=(Node(path="x", host=host),), index=1))
+    sink.close()
+    assert set(sys.modules) - before == set()
+
+
 @pytest.mark.parametrize(
     ("tag", "name"),
     [
@@ -231,7 +242,10 @@ def test_missing_mlflow_names_the_extra_to_install(monkeypatch: pytest.MonkeyPat
 
 @needs_mlflow
 @pytest.mark.slow
-def test_a_sqlite_store_gets_the_reports(tmp_path: Path, clock: FakeClock) -> None:
+def test_a_sqlite_store_gets_the_reports(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     pytest.importorskip("sqlalchemy")
     pytest.importorskip("alembic")
     uri = f"sqlite:///{tmp_path}/mlflow.db"

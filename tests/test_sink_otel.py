@@ -275,6 +275,20 @@ def test_an_unreachable_endpoint_is_reported_once_and_training_goes_on(
     assert f"OpenTelemetry export to {url} failed" in str(record.exc_info[1])
 
 
+@needs_exporter
+@pytest.mark.timeout(30)
+def test_opentelemetry_is_imported_when_the_sink_is_made_never_at_a_report(
+    receiver: Receiver,
+) -> None:
+    host = Stats(1, 0.5, 0.5, 0.5, 0.5, 0.0, 0.5, 0.5, 0.5)
+    sink = OpenTelemetry(endpoint=receiver.url, timeout=5.0)
+    before = set(sys.modules)
+    sink.write(Report(nodes=(Node(path="x", host=host),), index=1))
+    sink.close()  # the export, too
+    assert receiver.metrics()["instrument.region.duration"]
+    assert set(sys.modules) - before == set()
+
+
 @needs_sdk
 def test_the_global_provider_is_the_default() -> None:
     from opentelemetry import metrics
