@@ -170,6 +170,21 @@ def test_a_broken_store_is_reported_once_and_training_goes_on(
 
 
 @needs_mlflow
+def test_a_run_with_other_params_keeps_them_and_still_gets_the_metrics(
+    store: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    host = Stats(1, 0.5, 0.5, 0.5, 0.5, 0.0, 0.5, 0.5, 0.5)
+    run_id = client(store).create_run("0").info.run_id
+    client(store).log_param(run_id, "instrument.top", "3")
+    with caplog.at_level(logging.WARNING, logger="instrument"):
+        MLflow(run_id=run_id).write(Report(nodes=(Node(path="x", host=host),), index=1))
+    (record,) = caplog.records
+    assert "did not take instrument's params" in record.getMessage()
+    assert client(store).get_run(run_id).data.params["instrument.top"] == "3"
+    assert history(store, run_id)["time/x/mean_ms"] == [(1, 500.0)]
+
+
+@needs_mlflow
 def test_several_ranks_keep_apart_and_the_filter_holds(store: str) -> None:
     host = Stats(1, 0.5, 0.5, 0.5, 0.5, 0.0, 0.5, 0.5, 0.5)
     run_id = client(store).create_run("0").info.run_id

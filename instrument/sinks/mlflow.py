@@ -63,8 +63,10 @@ class MLflow(Sink):
     report, else one the sink creates on its first report (in ``experiment``) and ends in
     :meth:`close`. It never ends a run it did not create. On the first report to a run it
     logs instrument's configuration as params (``instrument.version``, ``.normalizer``,
-    ``.ranks``, ``.world_size``, ``.clock``, ``.top``); a run that already holds other
-    values for them keeps its own (MLflow params never change), said once in a warning.
+    ``.ranks``, ``.world_size``, ``.clock``, ``.top``); a run that already holds another
+    value for one keeps its own (MLflow params never change), and a warning says so. A
+    store that cannot be opened or written fails the report (the reporter logs it once);
+    the next report tries again.
 
     Args:
         run_id: The run to log to.
