@@ -200,7 +200,7 @@ def test_a_source_gives_the_figures_of_its_nodes_and_leaves_the_tree_alone(
     take_tree: Any,
 ) -> None:
     root, nodes = _tree()
-    other, others = _tree()
+    _, others = _tree()
     source = {nodes[path]: others[path] for path in ("a", "a/d", "g")}
     got = _columns(take_tree(root, 8, None, None, source))
     assert got["paths"] == ["a", "a/d", "g"]
