@@ -71,7 +71,8 @@ EXACT = "<!-- docs-test: numbers are exact -->"
 # A file whose outputs are trees of real timings says so; their lines may come in any order.
 UNORDERED = "<!-- docs-test: lines in any order -->"
 MARKER = re.compile(r"^<!--\s*not run:\s*(.+?)\s*-->$")
-# Pages known to differ from what they print: each one's test is an expected failure, with the reason.
+# Pages known to differ from what they print: each one's test is an expected failure
+# (the value is the reason).
 KNOWN_DRIFT: dict[str, str] = {}
 # Pages whose run takes more than a few seconds (an offline wandb run, Lightning fits, many
 # blocks each in its own interpreter): the slow tier runs them, the default tier the rest.
