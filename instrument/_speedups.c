@@ -401,6 +401,70 @@ Node_take(NodeObject *self, PyObject *Py_UNUSED(ignored))
                          f[5], f[6]);
 }
 
+/* Add what `src` recorded (count > 0) to `dst`; its records lie in the buckets of its min
+ * to its max, the only ones read. */
+static void
+node_merge(NodeObject *dst, const NodeObject *src)
+{
+    if (dst->count == 0) {
+        dst->min = src->min;
+        dst->max = src->max;
+    }
+    else {
+        if (src->min < dst->min) dst->min = src->min;
+        if (src->max > dst->max) dst->max = src->max;
+    }
+    dst->count += src->count;
+    dst->total += src->total;
+    dst->sumsq += src->sumsq;
+    for (int b = bucket_of(src->min), last = bucket_of(src->max); b <= last; b++) {
+        dst->hist[b] += src->hist[b];
+    }
+}
+
+/* drain_into(readers): add what this node recorded since its last take to each node of
+ * `readers` (a list or tuple of NodeBase, not this one) and reset it, in one indivisible
+ * step; return (count, total ns) of what it held, or None. */
+static PyObject *
+Node_drain_into(NodeObject *self, PyObject *readers)
+{
+    if (!PyList_Check(readers) && !PyTuple_Check(readers)) {
+        return PyErr_Format(PyExc_TypeError,
+                            "drain_into: readers must be a list or tuple of path nodes, got %R",
+                            readers);
+    }
+    PyObject *seq = PySequence_Fast(readers, "drain_into: readers must be a list or tuple");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **each = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(each[i], &NodeType) || each[i] == (PyObject *)self) {
+            PyErr_Format(PyExc_TypeError,
+                         "drain_into: each reader must be another path node, got %R", each[i]);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    if (self->count == 0) {
+        Py_DECREF(seq);
+        Py_RETURN_NONE;
+    }
+    PyObject *total = u128_to_long(self->total); /* made before anything changes */
+    PyObject *out = total ? Py_BuildValue("(LN)", (long long)self->count, total) : NULL;
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* no Python call from here to the reset */
+        node_merge((NodeObject *)each[i], self);
+    }
+    node_reset(self, bucket_of(self->min), bucket_of(self->max));
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyObject *
 Node_clear_stats(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
@@ -455,6 +519,9 @@ static PyMethodDef Node_methods[] = {
     {"take", (PyCFunction)Node_take, METH_NOARGS,
      "Return (count, total ns, mean, min, max, std, p50, p90, p99) (seconds but the total) "
      "and reset; None if nothing recorded."},
+    {"drain_into", (PyCFunction)Node_drain_into, METH_O,
+     "Add what was recorded since the last take to each of the given path nodes and reset; "
+     "return (count, total ns) or None."},
     {"clear_stats", (PyCFunction)Node_clear_stats, METH_NOARGS, "Forget what was recorded."},
     {"has_records", (PyCFunction)Node_has_records, METH_NOARGS,
      "True if anything was recorded since the last take."},
@@ -492,14 +559,15 @@ static PyTypeObject NodeType = {
 };
 
 /* -- take_tree: a flush's walk of the path tree ------------------------------------------
- * take_tree(root, idle_limit, keep, concurrent) does in one pass what registry.collect()
- * needs of every path (registry._take_tree is the same in Python): take each node's
- * interval figures (node_take_into), count idle flushes, release the idle leaves nothing
- * else holds, and return the nodes with records (or in `keep`) as columns, in tree order
+ * take_tree(root, idle_limit, keep, concurrent[, source]) does in one pass what
+ * registry.collect() needs of every path (registry._take_tree is the same in Python): take
+ * each node's interval figures (node_take_into; from `source[node]` instead when a dict is
+ * given: a reader's own records), count idle flushes, release the idle leaves nothing else
+ * holds, and return the nodes with records (or in `keep`) as columns, in tree order
  * (parents first, siblings by creation). Phases: walk and check (no change and no Python
- * object made, so no other code runs and the children dicts cannot change under it), take
- * (no Python call either: every node is taken in one indivisible step), build the columns,
- * release. The caller (registry.collect) holds the registry lock. */
+ * object made, so no other code runs and the children dicts cannot change under it), look
+ * up the sources, take (no Python call: every node is taken in one indivisible step), build
+ * the columns, release. The caller (registry.collect) holds the registry lock. */
 
 typedef struct {
     NodeObject *node;        /* strong reference */
@@ -507,6 +575,7 @@ typedef struct {
     Py_ssize_t reach;        /* the highest level of the node and its ancestors */
     Py_ssize_t row;          /* output row; -1: left out */
     Py_ssize_t released;     /* children released in this pass (each holds a reference) */
+    NodeObject *from;        /* where its figures are taken from (strong; NULL: none) */
     Taken taken;
 } TreeItem;
 
@@ -581,7 +650,8 @@ walk_tree(NodeObject *root, TreeItem **items, Py_ssize_t *count)
         Py_ssize_t parent = top->index;
         Py_ssize_t reach = parent < 0 ? 0 : (*items)[parent].reach;
         Py_INCREF(node);
-        (*items)[n] = (TreeItem){node, parent, node->level > reach ? node->level : reach, -1, 0};
+        (*items)[n] = (TreeItem){node, parent, node->level > reach ? node->level : reach, -1, 0,
+                                 NULL};
         if (PyDict_GET_SIZE(node->children) > 0) {
             if (depth >= MAX_WALK_DEPTH) {
                 PyErr_Format(PyExc_ValueError,
@@ -649,11 +719,24 @@ release_idle(TreeItem *items, Py_ssize_t n, Py_ssize_t idle_limit, PyObject *con
 static PyObject *
 take_tree(PyObject *module, PyObject *args)
 {
-    PyObject *root, *keep, *concurrent;
+    PyObject *root, *keep, *concurrent, *source = Py_None;
     Py_ssize_t idle_limit;
-    if (!PyArg_ParseTuple(args, "O!nOO:take_tree", &NodeType, &root, &idle_limit, &keep,
-                          &concurrent)) {
+    if (!PyArg_ParseTuple(args, "O!nOO|O:take_tree", &NodeType, &root, &idle_limit, &keep,
+                          &concurrent, &source)) {
         return NULL;
+    }
+    if (source != Py_None && !PyDict_Check(source)) {
+        return PyErr_Format(PyExc_TypeError, "take_tree: source must be a dict or None, got %R",
+                            source);
+    }
+    source = source == Py_None ? NULL : source;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (source != NULL && PyDict_Next(source, &pos, &key, &value)) {
+        if (!PyObject_TypeCheck(value, &NodeType)) {
+            return PyErr_Format(PyExc_TypeError,
+                                "take_tree: source values must be path nodes, got %R", value);
+        }
     }
     if (keep != Py_None && !PyAnySet_Check(keep)) {
         return PyErr_Format(PyExc_TypeError, "take_tree: keep must be a set or None, got %R",
@@ -674,17 +757,37 @@ take_tree(PyObject *module, PyObject *args)
     if (walk_tree((NodeObject *)root, &items, &n) < 0) {
         goto done;
     }
+    for (Py_ssize_t k = 0; source != NULL && k < n; k++) { /* each node's figures' holder */
+        PyObject *from = PyDict_GetItemWithError(source, (PyObject *)items[k].node);
+        if (from == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            continue;
+        }
+        if (!PyObject_TypeCheck(from, &NodeType)) {
+            PyErr_Format(PyExc_TypeError, "take_tree: source values must be path nodes, got %R",
+                         from);
+            goto done;
+        }
+        Py_INCREF(from);
+        items[k].from = (NodeObject *)from;
+    }
     for (Py_ssize_t k = 0; k < n; k++) { /* take: no Python call until every node is taken */
         NodeObject *node = items[k].node;
-        if (node->count > 0) {
-            node_take_into(node, &items[k].taken);
+        NodeObject *from = source == NULL ? node : items[k].from;
+        if (from != NULL && from->count > 0) {
+            node_take_into(from, &items[k].taken);
             node->idle = 0;
             items[k].row = rows++;
             regions += items[k].taken.count;
         }
         else {
             items[k].taken.count = 0;
-            if (node->idle < PY_SSIZE_T_MAX) {
+            if (from != node && node->count > 0) {
+                node->idle = 0; /* recorded since its records went to the readers: not idle */
+            }
+            else if (node->idle < PY_SSIZE_T_MAX) {
                 node->idle++;
             }
         }
@@ -767,6 +870,7 @@ done:
     PyMem_Free(links);
     for (Py_ssize_t k = 0; k < n; k++) {
         Py_DECREF(items[k].node);
+        Py_XDECREF(items[k].from);
     }
     PyMem_Free(items);
     return out;
@@ -3485,7 +3589,7 @@ static PyMethodDef module_methods[] = {
      "Keep each context's frames in a stack holder if the context layout is confirmed on "
      "this interpreter (else one variable set per transition); returns whether it is."},
     {"bucket", bucket, METH_O, "The histogram bucket of a duration in ns (for tests)."},
-    {"take_tree", take_tree, METH_VARARGS, "take_tree(root, idle_limit, keep, concurrent): see registry._take_tree."},
+    {"take_tree", take_tree, METH_VARARGS, "take_tree(root, idle_limit, keep, concurrent[, source]): see registry._take_tree."},
     {"timed_function_types", timed_function_types, METH_VARARGS,
      "timed_function_types(wrapt FunctionWrapper, BoundFunctionWrapper): the decorator's "
      "wrapper types derived from them, calling the wrapped function directly: (for a plain "

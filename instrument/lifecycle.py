@@ -32,6 +32,7 @@ thread's flush — can record regions and flush.
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import signal
@@ -92,18 +93,31 @@ _fork_locks: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
 #: Objects a forked child inherited in a state it must not touch (a file object whose
 #: internal lock another thread of the parent held): kept alive, never used or closed.
 inherited: list[object] = []
-_live: weakref.WeakSet[Reporter] = weakref.WeakSet()
+#: The live reporters by the order they were made (weakly held): ``instrument.step()``
+#: ticks them in that order, the same on every rank.
+_live: weakref.WeakValueDictionary[int, Reporter] = weakref.WeakValueDictionary()
 _live_lock = ForkSafeLock()
 _reporter_made = False
+_made = itertools.count()
+_cross_rank_made = itertools.count()
 
 
 def track(reporter: Reporter) -> None:
     """``reporter`` is live: ``instrument.step()`` ticks it and the exit flushes it."""
     global _reporter_made
     with _live_lock:
-        _live.add(reporter)
+        _live[next(_made)] = reporter
         _reporter_made = True
     install_signal_handlers()
+
+
+def cross_rank_channel() -> str:
+    """The name of a new reporter that combines ranks, by the order this process made such
+    reporters: "" for the first, then "2", "3"... The same reporter of every rank has the
+    same name when the ranks make their reporters in the same order."""
+    with _live_lock:
+        nth = next(_cross_rank_made)
+    return "" if nth == 0 else str(nth + 1)
 
 
 def reporter_made() -> bool:
@@ -114,13 +128,15 @@ def reporter_made() -> bool:
 def forget(reporter: Reporter) -> None:
     """``reporter`` is closed or detached."""
     with _live_lock:
-        _live.discard(reporter)
+        for key, live in list(_live.items()):
+            if live is reporter:
+                del _live[key]
 
 
 def live_reporters() -> tuple[Reporter, ...]:
-    """The reporters that ``instrument.step()`` ticks."""
+    """The reporters that ``instrument.step()`` ticks, in the order they were made."""
     with _live_lock:
-        return tuple(_live)
+        return tuple(_live.values())
 
 
 def _flush_at_exit() -> None:

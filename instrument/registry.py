@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
@@ -110,6 +111,28 @@ class _PyNodeBase:
         summary = self.acc.summary()
         self.acc = Accumulator()
         return summary
+
+    def drain_into(self, readers: list[Any] | tuple[Any, ...]) -> tuple[int, int] | None:
+        """Add what was recorded since the last take to each node of ``readers`` (a list or
+        tuple of other nodes) and reset; ``(count, total ns)`` of it, or ``None``. The caller
+        holds ``_lock``."""
+        if not isinstance(readers, (list, tuple)):
+            raise TypeError(
+                f"drain_into: readers must be a list or tuple of path nodes, got {readers!r}"
+            )
+        for reader in readers:
+            if not isinstance(reader, _PyNodeBase) or reader is self:
+                raise TypeError(
+                    f"drain_into: each reader must be another path node, got {reader!r}"
+                )
+        _drain(self)
+        acc = self.acc
+        if not acc.count:
+            return None
+        for reader in readers:
+            reader.acc.merge(acc)
+        self.acc = Accumulator()
+        return acc.count, acc.total
 
     def clear_stats(self) -> None:
         """Forget what was recorded."""
@@ -531,9 +554,12 @@ def open_calls(top: Any) -> list[OpenCall]:
     return out
 
 
-def _split_open(open_now: list[OpenCall], collected: Collected) -> dict[PathNode, int]:
+def _split_open(
+    open_now: list[OpenCall], recorded: Callable[[list[PathNode]], dict[PathNode, int]]
+) -> dict[PathNode, int]:
     """Per node: ns to add to this interval's total for calls open now or closed since an
-    earlier flush (see :class:`Collected`)."""
+    earlier flush (see :class:`Collected`); ``recorded(nodes)`` gives the total ns that those
+    of ``nodes`` with a finished call recorded in this interval."""
     global _carried
     if not open_now and not _carried:
         return {}  # nothing open now or at an earlier flush
@@ -546,19 +572,28 @@ def _split_open(open_now: list[OpenCall], collected: Collected) -> dict[PathNode
         reported = _carried.pop(key, 0)
         adjust[node] = adjust.get(node, 0) + max(span - reported, 0)
         carried[key] = max(span, reported)
-    closed = [key for key in _carried if key[0] == thread]
-    rows = collected.rows_of(key[1] for key in closed) if closed else {}
-    counts, totals = collected.host.counts, collected.host.totals
+    closed = [key[1] for key in _carried if key[0] == thread]
+    totals = recorded(closed) if closed else {}
     for key, reported in _carried.items():
         if key[0] is not thread:  # open in a context this flush cannot see: keep for later
             carried[key] = reported
             continue
         node = key[1]  # closed since: its record holds the full duration
-        row = rows.get(node)
-        if row is not None and counts[row]:  # (none: abandoned, nothing recorded)
-            adjust[node] = adjust.get(node, 0) - min(reported, totals[row])
+        total = totals.get(node)
+        if total is not None:  # (none: abandoned, nothing recorded)
+            adjust[node] = adjust.get(node, 0) - min(reported, total)
     _carried = carried
     return adjust
+
+
+def _recorded_rows(collected: Collected) -> Callable[[list[PathNode]], dict[PathNode, int]]:
+    """:func:`_split_open`'s ``recorded`` from a :class:`Collected`'s rows."""
+
+    def recorded(nodes: list[PathNode]) -> dict[PathNode, int]:
+        counts, totals = collected.host.counts, collected.host.totals
+        return {node: totals[row] for node, row in collected.rows_of(nodes).items() if counts[row]}
+
+    return recorded
 
 
 #: ``(nodes, paths, modes, counts, totals, figures, links, regions, released)``: what
@@ -571,10 +606,113 @@ TakenTree = tuple[list[Any], list[str], list[str], list[int], list[int], bytes, 
 _REFCOUNTS = hasattr(sys, "getrefcount")
 
 
-def collect(open_now: list[OpenCall] | None = None) -> Collected:
+class Reader:
+    """One reader of the registry (a reporter), each with its own intervals: what it has
+    not reported yet of what other readers' flushes took while it was live. Made by
+    :func:`add_reader` and held weakly here, so a reader that is dropped stops reading.
+
+    With one reader the registry's nodes are its backlog and nothing is copied. With more,
+    each flush adds every record since the previous flush (of any reader) to every
+    reader's backlog — node statistics merged whole (count, sums, min/max, histogram), so
+    each report's figures are those of every record of its interval — and reports its own.
+    """
+
+    __slots__ = ("__weakref__", "adjust_ns", "bytes", "covered_ns", "device", "stats")
+
+    def __init__(self) -> None:
+        self.stats: dict[PathNode, NodeBase] = {}
+        self.device: dict[PathNode, Accumulator] = {}
+        self.bytes: dict[PathNode, int] = {}
+        self.adjust_ns: dict[PathNode, int] = {}
+        self.covered_ns: dict[PathNode, int] = {}
+
+    def holds_records(self) -> bool:
+        """True when something waits here to be reported."""
+        return any(node.has_records() for node in self.stats.values()) or bool(
+            self.device or self.bytes or self.adjust_ns or self.covered_ns
+        )
+
+    def _add(self, delta: _Sparse) -> None:
+        """Add an interval's device times, bytes and time adjustments. Under ``_lock``."""
+        for node, acc in delta.device.items():
+            mine = self.device.get(node)
+            if mine is None:
+                mine = self.device[node] = Accumulator()
+            mine.merge(acc)
+        for into, values in (
+            (self.bytes, delta.bytes),
+            (self.adjust_ns, delta.adjust_ns),
+            (self.covered_ns, delta.covered_ns),
+        ):
+            for node, value in values.items():
+                into[node] = into.get(node, 0) + value
+
+    def _take_sparse(self) -> _Sparse:
+        """What waits here besides the node statistics, and reset. Under ``_lock``."""
+        out = _Sparse(self.device, self.bytes, self.adjust_ns, self.covered_ns)
+        self.device, self.bytes, self.adjust_ns, self.covered_ns = {}, {}, {}, {}
+        return out
+
+
+class _Sparse(NamedTuple):
+    """An interval's figures kept by node besides the statistics (see :class:`Collected`)."""
+
+    device: dict[PathNode, Accumulator]
+    bytes: dict[PathNode, int]
+    adjust_ns: dict[PathNode, int]
+    covered_ns: dict[PathNode, int]
+
+
+#: The live readers (weakly held: a dropped reporter stops reading).
+_readers: weakref.WeakSet[Reader] = weakref.WeakSet()
+
+
+def add_reader(open_now: list[OpenCall] | None = None) -> Reader:
+    """A new reader of every record from now on. The readers already live keep what was
+    recorded before it (the first reader of all also reports what came before it);
+    ``open_now``: the calls open in the calling context, split here likewise."""
+    reader = Reader()
+    with _lock:
+        if _readers:
+            ident = threading.get_ident()
+            if ident in _collecting:
+                raise RuntimeError("instrument: a reader cannot be added during a flush")
+            _collecting.add(ident)
+            try:
+                _collect(open_now or [], None)
+            finally:
+                _collecting.discard(ident)
+        _readers.add(reader)
+    return reader
+
+
+def remove_reader(reader: Reader) -> None:
+    """``reader`` stops reading (a closed reporter); what it had not reported is dropped."""
+    with _lock:
+        _readers.discard(reader)
+        reader.stats.clear()
+        reader._take_sparse()
+
+
+def readers() -> int:
+    """How many readers are live."""
+    return len(_readers)
+
+
+def unread(reader: Reader | None) -> bool:
+    """True when something recorded waits for ``reader`` (or for the registry's next flush)."""
+    with _lock:
+        if reader is not None and reader.holds_records():
+            return True
+    return any(node.has_records() for node in walk())
+
+
+def collect(open_now: list[OpenCall] | None = None, reader: Reader | None = None) -> Collected:
     """Snapshot and reset every path; resolve pending device events; split the calls in
     ``open_now`` (:func:`open_calls` of the flushing context) at this flush; release the
-    paths idle for :data:`idle_flushes` flushes."""
+    paths idle for :data:`idle_flushes` flushes. With ``reader``, its interval: what other
+    readers' flushes took for it since its last one too. With other readers live, what
+    they have not reported stays theirs (``reader=None``: taken for them only)."""
     ident = threading.get_ident()
     with _lock:
         if ident in _collecting:  # a signal handler's flush inside this thread's flush
@@ -584,12 +722,12 @@ def collect(open_now: list[OpenCall] | None = None) -> Collected:
             )
         _collecting.add(ident)
     try:
-        return _collect(open_now or [])
+        return _collect(open_now or [], reader)
     finally:
         _collecting.discard(ident)
 
 
-def _collect(open_now: list[OpenCall]) -> Collected:
+def _collect(open_now: list[OpenCall], reader: Reader | None) -> Collected:
     """:func:`collect`'s work."""
     global _bytes, _early, _live_paths, _united
     opened = {call[0] for call in open_now} if open_now else set()
@@ -599,24 +737,77 @@ def _collect(open_now: list[OpenCall]) -> Collected:
         early, _early = _early, {}
         ended = _swap_spans()  # (before the walk: an interval here has its duration there)
         united, _united = _united, {}
+        others = [other for other in _readers if other is not reader]
+        shared = bool(others) or (reader is not None and reader.holds_records())
         keep = opened.union([item[0] for item in batch], early) if batch or early else opened
         limit = idle_flushes if _REFCOUNTS else sys.maxsize
-        nodes, paths, modes, counts, totals, fig, lnk, regions, released = take_tree(
-            ROOT, limit, keep or None, concurrent
-        )
-        _live_paths -= released
-        figures, links = array("d", fig), array("q", lnk)  # (from bytes: their frombytes)
-        host = tuple.__new__(Host, (counts, totals, figures))  # (not the NamedTuple's __new__)
-        collected = Collected(nodes, paths, modes, host, links, regions)
-        adjust = _split_open(open_now, collected)
-    collected.device = _resolve(batch, early)
-    collected.bytes = moved
-    collected.adjust_ns = adjust
-    collected.open = opened
+        source: dict[PathNode, NodeBase] | None = None
+        if shared:  # every record goes to every reader; this one reports its own
+            everyone = others if reader is None else [*others, reader]
+            drained = _drain_to(everyone)
+            adjust = _split_open(open_now, lambda nodes: _totals(drained, nodes))
+            if reader is not None:
+                source, reader.stats = reader.stats, {}
+                keep = keep.union(reader.device, reader.adjust_ns, reader.bytes)
+            else:
+                source = {}
+        if reader is None and shared:
+            collected = _empty()
+        else:
+            nodes, paths, modes, counts, totals, fig, lnk, regions, released = take_tree(
+                ROOT, limit, keep or None, concurrent, source
+            )
+            _live_paths -= released
+            figures, links = array("d", fig), array("q", lnk)  # (from bytes: frombytes)
+            host = tuple.__new__(Host, (counts, totals, figures))  # (not NamedTuple's __new__)
+            collected = Collected(nodes, paths, modes, host, links, regions)
+        if not shared:
+            adjust = _split_open(open_now, _recorded_rows(collected))
+    delta = _Sparse(_resolve(batch, early), moved, adjust, {})
     if ended or united:
         _unite(ended, united)
-        collected.covered_ns = {node: union.length() for node, union in united.items()}
+        delta.covered_ns.update((node, union.length()) for node, union in united.items())
+    if shared:
+        with _lock:
+            for other in others:
+                other._add(delta)
+            if reader is not None:
+                reader._add(delta)
+                delta = reader._take_sparse()
+    collected.device, collected.bytes = delta.device, delta.bytes
+    collected.adjust_ns, collected.covered_ns = delta.adjust_ns, delta.covered_ns
+    collected.open = opened
     return collected
+
+
+def _drain_to(readers: list[Reader]) -> dict[PathNode, tuple[int, int]]:
+    """Add every path's records since the last take to each of ``readers``' statistics and
+    reset it; ``(count, total ns)`` of each path drained. Under ``_lock``."""
+    drained: dict[PathNode, tuple[int, int]] = {}
+    for node in walk():
+        if not node.has_records():
+            continue
+        holders = []
+        for reader in readers:
+            holder = reader.stats.get(node)
+            if holder is None:
+                holder = reader.stats[node] = NodeBase()
+            holders.append(holder)
+        taken = node.drain_into(holders)
+        if taken is not None:
+            drained[node] = taken
+    return drained
+
+
+def _totals(drained: dict[PathNode, tuple[int, int]], nodes: list[PathNode]) -> dict[PathNode, int]:
+    """The total ns drained of each of ``nodes`` that had a finished call."""
+    return {node: drained[node][1] for node in nodes if node in drained}
+
+
+def _empty() -> Collected:
+    """A :class:`Collected` without rows."""
+    host = tuple.__new__(Host, ([], [], array("d")))
+    return Collected([], [], [], host, array("q"), 0)
 
 
 def forget_idle_paths() -> None:
@@ -627,21 +818,31 @@ def forget_idle_paths() -> None:
     if not _REFCOUNTS:
         return
     with _lock:
-        released = take_tree(ROOT, 0, None, concurrent)[-1]
+        released = take_tree(ROOT, 0, None, concurrent, None)[-1]
         _live_paths -= released
 
 
 def _take_tree(
-    root: PathNode, idle_limit: int, keep: AbstractSet[PathNode] | None, concurrent: set[Any] | None
+    root: PathNode,
+    idle_limit: int,
+    keep: AbstractSet[PathNode] | None,
+    concurrent: set[Any] | None,
+    source: dict[PathNode, Any] | None = None,
 ) -> TakenTree:
     """Take every path's interval figures in one walk (``_speedups.take_tree`` is the same
     in C): each node below ``root`` with records, or in ``keep``, becomes a row (tree order:
     parents first, siblings by creation); the others count one more idle flush, and the
     leaves idle for ``idle_limit`` flushes that nothing else holds (no open frame, cached
     anchor or pending event: their reference count says so) are released, children before
-    parents (and left ``concurrent``). The caller holds ``_lock``."""
+    parents (and left ``concurrent``). With ``source`` (a reader's statistics, by node) the
+    figures are taken from ``source[node]`` instead of the node. The caller holds ``_lock``."""
+    if source is not None and not isinstance(source, dict):
+        raise TypeError(f"take_tree: source must be a dict or None, got {source!r}")
+    for held in () if source is None else source.values():
+        if not isinstance(held, NodeBase):
+            raise TypeError(f"take_tree: source values must be path nodes, got {held!r}")
     walked = _walk_tree(root)
-    taken = _take_rows(walked, keep)
+    taken = _take_rows(walked, keep, source)
     released = _release_idle(walked, idle_limit, concurrent)
     return (*taken, released)
 
@@ -677,17 +878,20 @@ def _walk_tree(root: PathNode) -> list[tuple[PathNode, int, int]]:
 
 
 def _take_rows(
-    walked: list[tuple[PathNode, int, int]], keep: AbstractSet[PathNode] | None
+    walked: list[tuple[PathNode, int, int]],
+    keep: AbstractSet[PathNode] | None,
+    source: dict[PathNode, Any] | None,
 ) -> tuple[list[Any], list[str], list[str], list[int], list[int], bytes, bytes, int]:
     """Take each walked node's figures (counting idle flushes) into the columns of
     :data:`TakenTree`, but ``released``."""
     summaries: list[Summary | None] = []
     for node, _, _ in walked:
-        summary = node.take()
-        if summary is None:
-            node.idle += 1
+        held = node if source is None else source.get(node)
+        summary = None if held is None else held.take()
+        if summary is not None or (held is not node and node.has_records()):
+            node.idle = 0  # (records since its own went to the readers: not idle either)
         else:
-            node.idle = 0
+            node.idle += 1
         summaries.append(summary)
     rows = [-1] * len(walked)
     nodes: list[Any] = []
@@ -754,7 +958,10 @@ def _release_idle(
     return count
 
 
-take_tree: Callable[[PathNode, int, AbstractSet[PathNode] | None, set[Any] | None], TakenTree]
+take_tree: Callable[
+    [PathNode, int, AbstractSet[PathNode] | None, set[Any] | None, dict[PathNode, Any] | None],
+    TakenTree,
+]
 take_tree = _take_tree if speedups is None else speedups.take_tree
 
 
@@ -835,6 +1042,9 @@ def clear() -> None:
         _pending_retired, _pending_retired_len = None, 0
         spans, _spans_retired, _spans_retired_len, _united = _Spans(), None, 0, {}
         _carried.clear()
+        for reader in _readers:
+            reader.stats.clear()
+            reader._take_sparse()
 
 
 #: CUDA objects a forked child inherited: kept, never destroyed there (destroying a CUDA
@@ -844,9 +1054,10 @@ _inherited: list[object] = []
 
 def _after_fork_in_child() -> None:
     """A forked child (a DataLoader worker, say) starts with nothing recorded."""
-    global _lock, _collecting
+    global _lock, _collecting, _readers
     _lock = threading.RLock()  # the parent may have held it while forking
     _collecting = set()
+    _readers = weakref.WeakSet()  # the parent's reporters read there, not here
     _inherited.extend((clocks.events._free, pending, _pending_retired, _early))
     clocks.events.clear()
     clear()

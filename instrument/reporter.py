@@ -245,6 +245,8 @@ class Reporter:
             check_level(level)
         self.level = level
         self.ranks = _check_ranks(ranks)
+        # the n-th reporter of this process that combines ranks meets the n-th of the others
+        self._channel = "" if self.ranks == "local" else lifecycle.cross_rank_channel()
         self._sinks: tuple[Sink, ...] = as_sinks([Console()] if sinks is None else sinks)
         self._diagnosis = _check_diagnose(diagnose)
         self._failed: set[int] = set()
@@ -254,6 +256,8 @@ class Reporter:
         self._local_close = False  # a close that waits for no other rank (at exit, on an error)
         self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
         self._flush_in_steps_ns = 0  # the previous flush with its barrier, if in the steps
+        # its own interval of every record, beside any other reporter (its first: from now)
+        self._reader = registry.add_reader(registry.open_calls(frames._get()))
         self._start_interval()
         config.refresh_auto_clock()
         lifecycle.track(self)
@@ -387,7 +391,7 @@ class Reporter:
         region_ns = selfcost.region_ns()  # calibrated at the first flush: its time counted
         hooked_ns = selfcost.hook_ns()  # likewise, at the first flush after auto()
         open_now = registry.open_calls(frames._get())
-        collected = registry.collect(open_now)
+        collected = registry.collect(open_now, self._reader)
         step_time = self._counter.times.take()
         rates = self._throughput()
         memory = self._memory.sample() if self._memory is not None else {}
@@ -447,6 +451,7 @@ class Reporter:
                 timeout=self.rank_timeout,
                 threshold=self.straggler_threshold,
                 intervals=self.straggler_intervals,
+                channel=self._channel,
             )
         return self._cross.combine(report)
 
@@ -522,10 +527,11 @@ class Reporter:
         self._local_close = local
         lifecycle.forget(self)
         report = None
-        if flush and (self._counter.steps or any(node.has_records() for node in registry.walk())):
+        if flush and (self._counter.steps or registry.unread(self._reader)):
             report = self.flush()
+        registry.remove_reader(self._reader)
         if self.ranks != "local":  # none waits for this one (also at interpreter exit)
-            agree.closed(self._counter.run_steps + self._counter.steps, self.group)
+            agree.closed(self._counter.run_steps + self._counter.steps, self.group, self._channel)
         self._emit_summary(report)
         for sink in self._sinks:
             try:
@@ -544,6 +550,7 @@ class Reporter:
         """Stop receiving steps without flushing or closing sinks (``testing.reset``)."""
         self._closed = True
         lifecycle.forget(self)
+        registry.remove_reader(self._reader)
 
     @property
     def closed(self) -> bool:

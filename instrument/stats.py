@@ -92,6 +92,20 @@ class Accumulator:
         self.sumsq += sum(map(operator.mul, values, values))
         self.hist.update(bucket_counts(values))
 
+    def merge(self, other: Accumulator) -> None:
+        """Add what ``other`` holds, as if its durations had been added here."""
+        if not other.count:
+            return
+        if self.count:
+            self.min = min(self.min, other.min)
+            self.max = max(self.max, other.max)
+        else:
+            self.min, self.max = other.min, other.max
+        self.count += other.count
+        self.total += other.total
+        self.sumsq += other.sumsq
+        self.hist.update(other.hist)
+
     def summary(self) -> Summary | None:
         """``(count, total ns, mean, min, max, std, p50, p90, p99)`` (seconds but the exact
         integer total; see :func:`stats_of`), ``None`` without calls. The C path node's

@@ -160,6 +160,21 @@ def c_only_probes() -> None:
     )
     probe("take_tree(node, 0, [1], None)", lambda: speedups.take_tree(blank_frame[0], 0, [1], None))
     probe("take_tree(node, 0, None, 5)", lambda: speedups.take_tree(blank_frame[0], 0, None, 5))
+    probe(
+        "take_tree(node, 0, None, None, 5)",
+        lambda: speedups.take_tree(blank_frame[0], 0, None, None, 5),
+    )
+    probe(
+        "take_tree(node, 0, None, None, {node: 5})",
+        lambda: speedups.take_tree(blank_frame[0], 0, None, None, {blank_frame[0]: 5}),
+    )
+    probe("NodeBase().drain_into(5)", lambda: speedups.NodeBase().drain_into(5))
+    probe("NodeBase().drain_into([5])", lambda: speedups.NodeBase().drain_into([5]))
+    probe("NodeBase().drain_into()", lambda: speedups.NodeBase().drain_into())
+    node = speedups.NodeBase()
+    node.add(3)
+    probe("node.drain_into([node])", lambda: node.drain_into([node]))
+    probe("node.drain_into((node,))", lambda: node.drain_into((node,)))
     probe("NodeBase().name", lambda: speedups.NodeBase().name)
     probe("NodeBase().level = 2**80", lambda: setattr(speedups.NodeBase(), "level", 2**80))
     probe("CallTimer()", lambda: speedups.CallTimer())

@@ -84,9 +84,11 @@ class CrossRank:
         timeout: float = 60.0,
         threshold: float = 0.8,
         intervals: int = 3,
+        channel: str = "",
     ) -> None:
         self.ranks = ranks
         self.group = group
+        self.channel = channel  # which reporter of each process this one meets
         self.timeout = timeout
         self.tracker = Tracker(threshold, intervals)
         self._warned: set[tuple[object, ...]] = set()  # causes warned about
@@ -109,7 +111,7 @@ class CrossRank:
             last_step=report.step,
             paths=reduce.path_hash(keys),
         )
-        verdict = agree.agree(mine, self.timeout, self.group)
+        verdict = agree.agree(mine, self.timeout, self.group, self.channel)
         if not verdict.ok:
             cause = ("agree", verdict.missing, tuple(sorted(verdict.mismatched)), verdict.late)
             return self._alone(report, verdict.reason(self.timeout), cause)

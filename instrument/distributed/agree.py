@@ -312,13 +312,23 @@ def _only_gone_missing(where: _Place, prefix: str, absent: frozenset[int]) -> bo
 _reporters_closed: dict[str, int] = {}
 
 
-def closed(last_step: int, group: ProcessGroup | None = None) -> None:
-    """Say on the store that this rank's reporter is closed after ``last_step`` steps: the
-    other ranks' later flushes with it stop waiting for this rank. Never raises."""
+def _channel_place(group: ProcessGroup | None, channel: str) -> _Place | None:
+    """The group's place, its name followed by ``channel``: the keys of each reporter of a
+    process meet those of the same reporter on the other ranks only."""
+    where = _place(group)
+    if where is None or not channel:
+        return where
+    return where._replace(name=f"{where.name}/{channel}")
+
+
+def closed(last_step: int, group: ProcessGroup | None = None, channel: str = "") -> None:
+    """Say on the store that this rank's reporter (of ``channel``) is closed after
+    ``last_step`` steps: the other ranks' later flushes with it stop waiting for this rank.
+    Never raises."""
     try:
         if not (dist.is_available() and dist.is_initialized()):
             return
-        where = _place(group)
+        where = _channel_place(group, channel)
         if where is None or len(where.ranks) == 1:
             return
         with _keys_lock:
@@ -353,14 +363,17 @@ def _still_absent(where: _Place) -> frozenset[int]:
     return missed - _arrivals(where.store, prefix).keys()
 
 
-def agree(mine: Arrival, timeout: float, group: ProcessGroup | None = None) -> Verdict:
+def agree(
+    mine: Arrival, timeout: float, group: ProcessGroup | None = None, channel: str = ""
+) -> Verdict:
     """Check, waiting at most ``timeout`` seconds, that every rank of ``group`` (default:
-    the world) reached the same interval; never raises. A group of one (or no process
+    the world) reached the same interval of the reporter ``channel`` names (the n-th one
+    of each process that combines ranks); never raises. A group of one (or no process
     group) agrees at once."""
     try:
         if not (dist.is_available() and dist.is_initialized()):
             return Verdict(ok=True)
-        where = _place(group)
+        where = _channel_place(group, channel)
         if where is None or len(where.ranks) == 1:
             return Verdict(ok=True)
         prefix = _meeting(where, mine.last_step)
