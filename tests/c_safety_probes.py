@@ -39,8 +39,8 @@ def enter_exit(region: Any) -> str:
     return "entered and exited"
 
 
-def issue_17_item_1() -> str:
-    """``r = timed("x"); del r.name; with r: pass`` (a segfault before the fix)."""
+def delete_name_then_enter() -> str:
+    """``r = timed("x"); del r.name; with r: pass`` (must raise, never crash)."""
     r = instrument.timed("x")
     try:
         del r.name
@@ -52,7 +52,7 @@ def issue_17_item_1() -> str:
 def field_probes() -> None:
     r = instrument.timed("fields")
     node = registry.ROOT
-    probe("issue 17.1: del r.name; with r", issue_17_item_1)
+    probe("del r.name; with r", delete_name_then_enter)
     for field in ("name", "clock", "level", "_now"):
         probe(f"del region.{field}", lambda f=field: delattr(r, f))
     for field, value in [

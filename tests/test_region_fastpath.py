@@ -1,4 +1,4 @@
-"""The shortcuts of the C ``with`` path change nothing a caller can see (issue 21).
+"""The shortcuts of the C ``with`` path change nothing a caller can see.
 
 With the C accelerator a region's ``__enter__``/``__exit__`` are bound once per region,
 the child node and ``timed(name)`` are remembered while the dicts they come from are
