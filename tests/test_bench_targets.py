@@ -73,7 +73,7 @@ def test_the_targets_are_read_from_performance_md() -> None:
     assert found[("context-manager", "instrument timed")] == (1.0, True)
     assert found[("decorator", "@instrument.timed")] == (1.5, False)
     assert found[("clock-pair", "with instrument.timed")] == (1.3, False)
-    assert found[("auto-step", "instrument.auto (every=50)")] == (0.6, False)
+    assert found[("auto-step", "instrument.auto between reports (every=50)")] == (0.6, False)
     assert ("disabled", "instrument timed, disabled") in found
 
 

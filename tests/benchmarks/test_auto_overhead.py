@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -379,14 +380,14 @@ def _fresh_hook_dicts(model: nn.Module, opt: torch.optim.Optimizer) -> None:
 
 @pytest.mark.benchmark(group="auto-step")
 def test_auto_step_against_hand_written_hooks(paired: Paired) -> None:
-    """What ``auto`` adds to a tiny MLP step (one report to no sink every 50 steps) against
-    what hand-written module and optimizer hooks add, both above the uninstrumented step, in
-    steady state: each round gives each row one turn of 50 steps in a row, the first of them
-    untimed (right after another row's step it pays for that row's evictions: ``auto`` after
-    the hand-written hooks' step costs about twice what it costs after its own), timed in
-    this thread's CPU time (a round is preempted many times on a busy machine). ``auto``'s
-    report falls in the middle of its timed steps (so that what it evicts is paid by
-    ``auto``'s own next steps), once per turn: 49 timed steps carry a report made every 50.
+    """What ``auto`` adds to a tiny MLP step between its reports (one to no sink every 50
+    steps) against what hand-written module and optimizer hooks add, both above the
+    uninstrumented step, in steady state: each round gives each row one turn of 50 steps in
+    a row, the first of them untimed (right after another row's step it pays for that row's
+    evictions: ``auto`` after the hand-written hooks' step costs about twice what it costs
+    after its own), timed in this thread's CPU time (a round is preempted many times on a
+    busy machine). ``auto``'s report, and the lean row's, fall on that untimed first step:
+    the 49 timed steps are those between reports.
     All three rows train ONE model and optimizer — two identical models differ by 2-7 µs a
     step, as much as the costs compared — with ``auto`` installed once and each row's hooks
     put in place before each of its steps (:class:`Instrumentation`). One intra-op thread:
@@ -416,8 +417,9 @@ class Rows(NamedTuple):
 
 
 #: ``auto``'s steps since its last report when each of its turns starts: the report falls on
-#: the 25th of the turn's 49 timed steps.
-REPORT_PHASE = REPORT_EVERY // 2 - 1
+#: the turn's first step, the untimed one, so its 49 timed steps run between reports (a
+#: report's own cost is :func:`test_auto_report_on_the_step_model`'s row).
+REPORT_PHASE = REPORT_EVERY - 1
 
 
 def one_model_rows() -> Rows:
@@ -465,7 +467,11 @@ def _auto_step_rounds(paired: Paired) -> None:
                     above="uninstrumented",
                 ),
                 Contender(
-                    "instrument.auto (every=50)", step, timed.apply, 1, above="uninstrumented"
+                    "instrument.auto between reports (every=50)",
+                    step,
+                    timed.apply,
+                    1,
+                    above="uninstrumented",
                 ),
                 Contender(
                     "lean hand-written equivalent of auto (reference)",
@@ -488,9 +494,68 @@ def _auto_step_rounds(paired: Paired) -> None:
     finally:
         timed.apply()
         handle.remove()
-    assert phase == REPORT_PHASE  # 50 steps a turn: one report in the middle of every turn
+    assert phase == REPORT_PHASE  # 50 steps a turn: one report at every turn's untimed step
     rounds = ROUNDS + WARMUP_ROUNDS
     assert len(times) == REPORT_EVERY * rounds * 5  # 4 module calls and one optimizer step each
     assert lean_auto.reports == rounds  # the lean row reported once a turn too
     assert lean_auto.totals["optimizer"][0] == REPORT_EVERY * rounds - REPORT_PHASE
     assert not any("forward" in vars(m) for m in model.modules())  # auto took its own off
+
+
+#: Top-level paths recorded once each before every other report of the report row.
+EXTRA_PATHS = 200
+#: Reports of each kind (the model's own paths, and with the extra ones) in the report row.
+REPORT_ROUNDS = 40
+
+
+@pytest.mark.benchmark(group="auto-step")
+def test_auto_report_on_the_step_model(benchmark: Any) -> None:
+    """What one of ``auto``'s reports costs on the auto-step group's model (the tiny MLP with
+    AdamW, 50 steps an interval; memory on, no sink, no diagnosis: its cost is
+    ``test_diagnosis_cost.py``'s), in this thread's CPU time. Reports with the model's own paths alternate with reports that also hold
+    ``EXTRA_PATHS`` top-level paths recorded once: the two give a fixed cost per report
+    plus a cost per path; ``value_ns`` is the fixed part, the figure the target is checked
+    against (the per-path part is the ``flush`` group's)."""
+    model, opt, step = mlp_adamw_setup()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    instrument.configure(clock="cpu")
+    handle = instrument.auto(model, opt, every=None, sinks=[], diagnose=False)
+    flush = handle.reporter.flush
+    names = [f"extra.{i}" for i in range(EXTRA_PATHS)]
+    own: list[int] = []
+    more: list[int] = []
+    paths = [0, 0]
+    try:
+        for _ in range(REPORT_EVERY):
+            step()
+        flush()  # first-use costs
+        for r in range(2 * REPORT_ROUNDS):
+            extra = r % 2 == 1
+            for _ in range(REPORT_EVERY):
+                step()
+            for name in names if extra else ():
+                with instrument.timed(name):
+                    pass
+            t0 = thread_time_ns()
+            report = flush()
+            (more if extra else own).append(thread_time_ns() - t0)
+            paths[extra] = len(report.nodes)
+    finally:
+        handle.remove()
+        torch.set_num_threads(threads)
+        instrument.configure(clock="auto")
+    assert paths[1] == paths[0] + EXTRA_PATHS
+    per_path = max(statistics.median(b - a for a, b in zip(own, more, strict=True)), 0)
+    per_path /= EXTRA_PATHS
+    fixed = statistics.median(own) - per_path * paths[0]
+    benchmark.extra_info.update(
+        label="auto report without diagnosis, fixed part (per path apart)",
+        inner=1,
+        value_ns=fixed,
+        per_path_ns=per_path,
+        paths=paths,
+        note=f"median of {len(own)} reports at {paths[0]} paths and {len(more)} at {paths[1]}; "
+        f"fixed {fixed / 1e3:.0f} µs + {per_path / 1e3:.2f} µs per path",
+    )
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # keeps it a benchmark
