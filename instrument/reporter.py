@@ -33,7 +33,7 @@ from instrument import (
 )
 from instrument import peak_flops as peaks
 from instrument._frozen import unchecked
-from instrument._warn import warn_once
+from instrument._warn import deprecated, warn_once
 from instrument.diagnosis import Diagnosis, RunSummary, Thresholds
 from instrument.distributed import agree
 from instrument.distributed.across import CrossRank
@@ -48,7 +48,7 @@ from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
 from instrument.sinks.console import Console
 from instrument.stepcounter import StepCounter
-from instrument.stepcounter import _check_every as _check_every
+from instrument.stepcounter import check_every
 from instrument.throughput import Throughput
 
 T = TypeVar("T")
@@ -57,7 +57,8 @@ logger = logging.getLogger("instrument")
 #: The flush's own event in a trace (``ChromeTrace``).
 FLUSH_SPAN = observe.TraceLabel(FLUSH_ROW, FLUSH_ROW)
 
-RANKS = ("local", "max", "minmax", "all")
+#: The modes of ``Reporter(ranks=...)``; "max" is a deprecated spelling of "minmax".
+RANKS = ("local", "minmax", "all")
 INF = float("inf")
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -79,7 +80,7 @@ def count(samples: int | None = None, tokens: int | None = None) -> None:
         reporter.count(samples=samples, tokens=tokens)
 
 
-def _check_normalizer(normalizer: object) -> float | str:
+def check_normalizer(normalizer: object) -> float | str:
     if normalizer == "steps":
         return "steps"
     if isinstance(normalizer, bool) or not isinstance(normalizer, numbers.Real):
@@ -97,12 +98,19 @@ def _check_count(name: str, value: object) -> int | None:
     return int(value)
 
 
-def _check_flops(flops: object) -> float | str | None:
+def check_flops(flops: object) -> float | str | None:
     if flops is None or flops == "auto":
         return "auto" if flops == "auto" else None
     if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 < float(flops) < INF:
         raise ValueError(f"flops_per_step must be a number > 0, 'auto' or None, got {flops!r}")
     return float(flops)
+
+
+def check_peak_flops(peak: object) -> None:
+    if peak is not None and (
+        isinstance(peak, bool) or not isinstance(peak, numbers.Real) or not 0 < float(peak) < INF
+    ):
+        raise ValueError(f"peak_flops must be a number > 0 or None, got {peak!r}")
 
 
 def _check_rank_timeout(timeout: object) -> float:
@@ -130,11 +138,13 @@ def _check_intervals(intervals: object) -> int:
     return intervals
 
 
-def _check_ranks(ranks: object) -> str:
+def check_ranks(ranks: object) -> str:
+    """A reporter's ``ranks`` mode: "local", "minmax" or "all" ("max" warns and is "minmax")."""
+    if ranks == "max":
+        deprecated('ranks="max"', 'ranks="minmax" (the same report)')
+        return "minmax"
     if ranks not in RANKS:
-        raise ValueError(
-            f"unknown ranks {ranks!r}; expected one of 'local', 'max', 'minmax', 'all'"
-        )
+        raise ValueError(f"unknown ranks {ranks!r}; expected one of 'local', 'minmax', 'all'")
     return str(ranks)
 
 
@@ -150,8 +160,9 @@ class Reporter:
             per-step totals (``total`` and ``self`` divided by the steps in the interval;
             per-call statistics stay per call). Counts are never divided.
         level: Leave regions above this level (and what is below them) out of reports.
-        ranks: "local" (this process). "max", "minmax", "all" combine ranks once a process
-            group is running (the distributed support); in one process they equal "local".
+        ranks: "local" (this process). "minmax" adds each region's min, max, mean and
+            slowest rank across the process group; "all" also keeps each rank's value. Both
+            combine ranks once a process group is running; in one process they equal "local".
         warmup: Steps at the start of the run left out of throughput (not of the timers);
             default ``min(2, every - 1)``, so the first report still has rates.
         flops_per_step: FLOPs one step runs on this device, for TFLOP/s and MFU; ``"auto"``
@@ -208,7 +219,7 @@ class Reporter:
         straggler_intervals: int = 3,
         diagnose: bool | Thresholds = True,
     ) -> None:
-        every = _check_every(every)
+        every = check_every(every)
         #: Set by ``instrument.auto``: its optimizer hook ends the steps, so
         #: ``instrument.step()`` only adds counts (see :func:`step_from_user`).
         self.ticked_by_optimizer = False
@@ -229,9 +240,8 @@ class Reporter:
             _weakly(self._add_counts),
             _weakly(self._due),
         )
-        self.flops_per_step = _check_flops(flops_per_step)
-        if peak_flops is not None and not isinstance(_check_flops(peak_flops), float):
-            raise ValueError(f"peak_flops must be a number > 0 or None, got {peak_flops!r}")
+        self.flops_per_step = check_flops(flops_per_step)
+        check_peak_flops(peak_flops)
         if peak_dtype not in PEAK_DTYPES:
             raise ValueError(
                 f"unknown peak_dtype {peak_dtype!r}; expected one of 'fp32', 'tf32', 'bf16', "
@@ -240,11 +250,11 @@ class Reporter:
         self.peak_flops = None if peak_flops is None else float(peak_flops)
         self.peak_dtype = peak_dtype
         self._memory = MemorySampler() if checks.check_bool("memory", memory) else None
-        self.normalizer = _check_normalizer(normalizer)
+        self.normalizer = check_normalizer(normalizer)
         if level is not None:
             check_level(level)
         self.level = level
-        self.ranks = _check_ranks(ranks)
+        self.ranks = check_ranks(ranks)
         # the n-th reporter of this process that combines ranks meets the n-th of the others
         self._channel = "" if self.ranks == "local" else lifecycle.cross_rank_channel()
         self._sinks: tuple[Sink, ...] = as_sinks([Console()] if sinks is None else sinks)

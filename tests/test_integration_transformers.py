@@ -395,8 +395,18 @@ def test_count_batch_reads_shapes() -> None:
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown log 'loud'"):
         InstrumentCallback(log="loud")
-    with pytest.raises(TypeError, match="no optimizer="):
-        InstrumentCallback(optimizer=None)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'optimizer'"):
+        InstrumentCallback(optimizer=None)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="unknown backward 'no'"):
+        InstrumentCallback(backward="no")  # checked when made, not at train()
+    with pytest.raises(TypeError, match="count_batch must be"):
+        InstrumentCallback(count_batch=3)  # type: ignore[arg-type]
+
+
+def test_count_tokens_is_a_deprecated_spelling_of_count_batch() -> None:
+    with pytest.warns(DeprecationWarning, match="use count_batch="):
+        callback = InstrumentCallback(count_tokens=False)
+    assert callback.loop.count_batch is None
 
 
 @pytest.mark.slow  # a subprocess

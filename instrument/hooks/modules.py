@@ -61,6 +61,12 @@ _timed: weakref.WeakKeyDictionary[nn.Module, tuple[Region, ModuleHooks]] = (
 )
 
 
+def timing_region(module: nn.Module) -> Region | None:
+    """The region an installed ``auto`` times ``module``'s forward as, or None."""
+    found = _timed.get(module)
+    return None if found is None else found[0]
+
+
 @dataclass(frozen=True)
 class Target:
     """One module that gets a region."""

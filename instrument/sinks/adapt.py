@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TextIO, cast
 
 from instrument.report import Report
-from instrument.sinks.base import Sink, check_rank_filter
+from instrument.sinks.base import Sink, only_ranks_option
 from instrument.sinks.console import Console
 
 
@@ -31,7 +31,10 @@ class _Duck(Sink):
 
     def __init__(self, target: Any) -> None:
         self.target = target
-        self.ranks = check_rank_filter(getattr(target, "ranks", "all"))
+        only = getattr(target, "only_ranks", None)
+        self.only_ranks = only_ranks_option(
+            "all" if only is None else only, None if only is not None else getattr(target, "ranks", None)
+        )
 
     def write(self, report: Report) -> None:
         self.target.write(report)
