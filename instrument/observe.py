@@ -114,10 +114,10 @@ def entered(region: Any, frame: tuple[Any, ...]) -> None:
         ranged = _record_function(region.name)
         ranged.__enter__()
     device = None
-    if trace is not None and frame[4] is not None:
+    if trace is not None and frame.event is not None:
         device = (device_event(), current_stream())
     if pushed or ranged is not None or device is not None:
-        _open[(frame[0], frame[1])] = (pushed, ranged, device)
+        _open[(frame.node, frame.t0)] = (pushed, ranged, device)
 
 
 def exited(frame: tuple[Any, ...], t1: int) -> None:
@@ -126,7 +126,7 @@ def exited(frame: tuple[Any, ...], t1: int) -> None:
     global trace_recorded
     device = None
     if _open:
-        opened = _open.pop((frame[0], frame[1]), None)
+        opened = _open.pop((frame.node, frame.t0), None)
         if opened is not None:
             pushed, ranged, started = opened
             if ranged is not None:
@@ -137,7 +137,7 @@ def exited(frame: tuple[Any, ...], t1: int) -> None:
                 device = (started[0], device_event(), started[1])
     ring = trace
     if ring is not None:
-        ring.append((frame[0], frame[1], t1, _get_native_id(), device))
+        ring.append((frame.node, frame.t0, t1, _get_native_id(), device))
         trace_recorded += 1
 
 

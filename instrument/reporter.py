@@ -267,7 +267,7 @@ class Reporter:
         self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
         self._flush_in_steps_ns = 0  # the previous flush with its barrier, if in the steps
         # its own interval of every record, beside any other reporter (its first: from now)
-        self._reader = registry.add_reader(registry.open_calls(frames._get()))
+        self._reader = registry.add_reader(registry.open_calls(frames.get_top()))
         self._start_interval()
         config.refresh_auto_clock()
         lifecycle.track(self)
@@ -400,7 +400,7 @@ class Reporter:
         flush_ns, self._flush_in_steps_ns = self._flush_in_steps_ns, 0
         region_ns = selfcost.region_ns()  # calibrated at the first flush: its time counted
         hooked_ns = selfcost.hook_ns()  # likewise, at the first flush after auto()
-        open_now = registry.open_calls(frames._get())
+        open_now = registry.open_calls(frames.get_top())
         collected = registry.collect(open_now, self._reader)
         step_time = self._counter.times.take()
         rates = self._throughput()

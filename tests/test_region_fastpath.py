@@ -57,14 +57,14 @@ def test_exit_looked_up_before_disable_still_closes(reporter: instrument.Reporte
     with instrument.timed("fp-swap"):
         instrument.disable()
     instrument.enable()
-    assert frames._get() is frames.ROOT_FRAME or frames._get()[0] is registry.ROOT
+    assert frames.get_top() is frames.ROOT_FRAME or frames.get_top().node is registry.ROOT
     assert _counts(reporter) == {"fp-swap": 1}
 
 
 def test_a_frame_held_by_python_code_is_never_reused(reporter: instrument.Reporter) -> None:
     r = instrument.timed("fp-held")
     with r:
-        held = frames._get()  # the frame only: no other reference to its start time
+        held = frames.get_top()  # the frame only: no other reference to its start time
         node, parent = held[0], held[2]
         t0 = int(str(held[1]))
     for _ in range(100):  # closed frames are refilled by these enters
@@ -80,7 +80,7 @@ def test_a_frame_held_by_python_code_is_never_reused(reporter: instrument.Report
 
 def test_a_start_time_held_by_python_code_keeps_its_value() -> None:
     with instrument.timed("fp-t0"):
-        t0 = frames._get()[1]
+        t0 = frames.get_top().t0
     value = int(str(t0))
     for _ in range(100):
         with instrument.timed("fp-churn"):
@@ -114,8 +114,8 @@ def test_a_spare_frame_reached_through_the_garbage_collector_is_never_refilled()
         with instrument.timed("fp-gc"), instrument.timed("fp-gc2"):
             pass
     for frame, start, value in held:
-        assert frame[0] is None
-        assert frame[1] is start
+        assert frame.node is None
+        assert frame.t0 is start
         assert int(start) == value
 
 
@@ -192,7 +192,7 @@ def test_an_exception_passes_through_unchanged(reporter: instrument.Reporter) ->
     with pytest.raises(KeyError) as caught, instrument.timed("fp-raise"):
         raise error
     assert caught.value is error
-    assert frames._get()[0] is registry.ROOT
+    assert frames.get_top().node is registry.ROOT
     assert _counts(reporter) == {"fp-raise": 1}
 
 

@@ -56,7 +56,7 @@ def main() -> None:
         return None
 
     def collect_only() -> None:
-        registry.collect(registry.open_calls(frames._get()))
+        registry.collect(registry.open_calls(frames.get_top()))
         reporter._counter.times.take()
         reporter._counter.end_interval()
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from instrument import _state, registry
 from instrument.distributed.barrier import _seconds, barrier_with_timeout
 from instrument.regions import timed
-from instrument.regions.frames import _get
+from instrument.regions.frames import get_top
 from instrument.regions.region import CPU, Region
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,7 +36,7 @@ class BarrierRegion:
         region = self.region
         if region.mode is None:
             return
-        parent = _get()[0]
+        parent = get_top().node
         node = parent.children.get(region.name) or parent.child(
             region.name, region.level, region.mode
         )

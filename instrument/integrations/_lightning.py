@@ -38,7 +38,7 @@ from instrument.hooks.collectives import hook_ddp
 from instrument.hooks.optim import _resumed
 from instrument.hooks.patches import put_on_instance
 from instrument.integrations.figures import LOG_MODES, figures
-from instrument.regions.frames import _get, _set
+from instrument.regions.frames import get_top, set_top
 from instrument.regions.region import Region, check_level, region_for
 from instrument.regions.timer import Timer, timer
 from instrument.report import Report
@@ -418,19 +418,19 @@ class Session:
 
         @functools.wraps(call)
         def outside(*args: Any, **kwargs: Any) -> Any:
-            frame = _get()
-            if frame[3] is not region:
+            frame = get_top()
+            if frame.owner is not region:
                 return call(*args, **kwargs)
             sync = region.mode == "sync"
             if sync:
                 clocks.synchronize()
-            _set(frame[2])
+            set_top(frame.parent)
             now = region._now
             t0 = now()
             try:
                 return call(*args, **kwargs)
             finally:
-                _set(_resumed(frame, now() - t0, sync))
+                set_top(_resumed(frame, now() - t0, sync))
 
         return outside
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from instrument.regions.frames import Frame, _close
+from instrument.regions.frames import Frame, close
 from instrument.regions.region import Region, region_for
 
 
@@ -49,7 +49,7 @@ class Timer:
             raise RuntimeError(f"timer {self.name!r} was stopped without being started")
         frame, self._frame, self._running = self._frame, None, False
         if frame is not None:
-            _close(frame)
+            close(frame)
 
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped"
