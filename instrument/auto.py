@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from instrument import _state, clocks, config, registry, throughput
+from instrument import _state, config, registry, throughput
 from instrument._warn import warn_once
 from instrument.diagnosis import Thresholds
 from instrument.hooks import backward as backward_hooks
@@ -545,6 +545,6 @@ def _hand_over(hooks: optim_hooks.OptimizerHooks) -> Callable[[Callable[[], obje
 def _count(reporter: Reporter, count_batch: BatchCounter) -> Callable[[Any], None]:
     def on_batch(batch: Any) -> None:
         samples, tokens = count_batch(batch)
-        reporter.count(samples=samples, tokens=tokens)
+        reporter.count_into_step(samples, tokens)
 
     return on_batch

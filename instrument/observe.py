@@ -46,7 +46,7 @@ profiling = False
 
 # (path node, start ns) of an open observed region -> (pushed an NVTX range, profiler range,
 # the trace's device start event and its (device, stream) or None)
-_open: dict[tuple[Any, int], tuple[bool, Any, Any]] = {}
+open_ranges: dict[tuple[Any, int], tuple[bool, Any, Any]] = {}
 _get_native_id = threading.get_native_id
 
 
@@ -117,7 +117,7 @@ def entered(region: Any, frame: tuple[Any, ...]) -> None:
     if trace is not None and frame.event is not None:
         device = (device_event(), current_stream())
     if pushed or ranged is not None or device is not None:
-        _open[(frame.node, frame.t0)] = (pushed, ranged, device)
+        open_ranges[(frame.node, frame.t0)] = (pushed, ranged, device)
 
 
 def exited(frame: tuple[Any, ...], t1: int) -> None:
@@ -125,8 +125,8 @@ def exited(frame: tuple[Any, ...], t1: int) -> None:
     end event when it recorded a device start)."""
     global trace_recorded
     device = None
-    if _open:
-        opened = _open.pop((frame.node, frame.t0), None)
+    if open_ranges:
+        opened = open_ranges.pop((frame.node, frame.t0), None)
         if opened is not None:
             pushed, ranged, started = opened
             if ranged is not None:
@@ -235,7 +235,7 @@ def _set_profiling(enabled: bool) -> None:
     if enabled != profiling:
         profiling = enabled
         if not enabled:
-            _open.clear()  # ranges of regions still open belong to the stopped session
+            open_ranges.clear()  # ranges of regions still open belong to the stopped session
         _reapply()
 
 
@@ -267,7 +267,7 @@ def reset() -> None:
     _tracers.clear()
     trace, nvtx_all = None, False
     nvtx_regions.clear()
-    _open.clear()
+    open_ranges.clear()
 
 
 _wrap_profiler_callbacks()

@@ -17,7 +17,13 @@ from instrument import clocks
 from instrument.diagnosis import Thresholds
 from instrument.hooks import modules as module_hooks
 from instrument.regions.region import check_level
-from instrument.reporter import Reporter, check_flops, check_normalizer, check_peak_flops, check_ranks
+from instrument.reporter import (
+    Reporter,
+    check_flops,
+    check_normalizer,
+    check_peak_flops,
+    check_ranks,
+)
 from instrument.stepcounter import check_every
 
 #: The options that configure the reporter ``auto`` makes (left alone with ``reporter=``).

@@ -47,8 +47,7 @@ from instrument.report import FLUSH_ROW, Report, SelfCost
 from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
 from instrument.sinks.console import Console
-from instrument.stepcounter import StepCounter
-from instrument.stepcounter import check_every
+from instrument.stepcounter import StepCounter, check_every
 from instrument.throughput import Throughput
 
 T = TypeVar("T")
@@ -77,7 +76,7 @@ def count(samples: int | None = None, tokens: int | None = None) -> None:
     (for loops whose steps are ended elsewhere, e.g. by ``instrument.auto``'s optimizer
     hook). May be called several times per step (gradient accumulation)."""
     for reporter in live_reporters():
-        reporter.count(samples=samples, tokens=tokens)
+        reporter.count_into_step(samples, tokens)
 
 
 def check_normalizer(normalizer: object) -> float | str:
@@ -325,7 +324,14 @@ class Reporter:
         return self._counter if getattr(step, "__func__", None) is Reporter.step else step
 
     def count(self, samples: int | None = None, tokens: int | None = None) -> None:
-        """Add samples and tokens to the current step without ending it."""
+        """Deprecated: ``instrument.count(samples=, tokens=)`` (every live reporter) does
+        this; ``step(samples=, tokens=)`` counts and ends the step."""
+        deprecated("Reporter.count()", "instrument.count(samples=, tokens=)")
+        self.count_into_step(samples, tokens)
+
+    def count_into_step(self, samples: int | None = None, tokens: int | None = None) -> None:
+        """Add samples and tokens to the current step without ending it (what
+        ``instrument.count`` does for each live reporter)."""
         pending = self._counter.pending
         if pending is None:
             pending = self._counter.pending = [None, None]
@@ -338,7 +344,7 @@ class Reporter:
         flush (and return the report) at every multiple of ``every`` steps of the run
         (``every`` steps apart, unless you flushed in between)."""
         if samples is not None or tokens is not None:
-            self.count(samples, tokens)
+            self.count_into_step(samples, tokens)
         return self._counter()  # type: ignore[no-any-return]
 
     def _due(self) -> Report:
@@ -645,4 +651,4 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
         "instrument.count(samples=..., tokens=...) instead to say just that",
         stacklevel=4,
     )
-    reporter.count(samples=samples, tokens=tokens)
+    reporter.count_into_step(samples, tokens)

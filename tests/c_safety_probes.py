@@ -158,7 +158,9 @@ def c_only_probes() -> None:
         "take_tree(node, 'x', None, None)",
         lambda: speedups.take_tree(blank_frame.node, "x", None, None),
     )
-    probe("take_tree(node, 0, [1], None)", lambda: speedups.take_tree(blank_frame.node, 0, [1], None))
+    probe(
+        "take_tree(node, 0, [1], None)", lambda: speedups.take_tree(blank_frame.node, 0, [1], None)
+    )
     probe("take_tree(node, 0, None, 5)", lambda: speedups.take_tree(blank_frame.node, 0, None, 5))
     probe("NodeBase().name", lambda: speedups.NodeBase().name)
     probe("NodeBase().level = 2**80", lambda: setattr(speedups.NodeBase(), "level", 2**80))

@@ -218,7 +218,7 @@ def test_closure_under_the_profiler_closes_every_range(clock: FakeClock) -> None
         torch.profiler.profile(),
     ):
         _with_closure(model, opt, _inputs(2), keyword=True)
-    assert not observe._open
+    assert not observe.open_ranges
     assert sink.reports[0]["optimizer"].total == pytest.approx(UPDATE)
 
 

@@ -172,7 +172,7 @@ def test_a_sinks_ranks_choose_which_reports_it_gets() -> None:
 
 
 def test_a_timer_stopped_on_another_thread_still_records(clock: FakeClock) -> None:
-    timer = instrument.timer("load").start()
+    timer = instrument.Timer("load").start()
     clock.advance(0.125)
     worker = threading.Thread(target=timer.stop)
     worker.start()

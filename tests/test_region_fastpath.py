@@ -160,11 +160,11 @@ def test_timed_follows_changes_to_the_region_cache() -> None:
     r = instrument.timed("fp-dispatch")
     assert instrument.timed("fp-dispatch") is r
     replacement = region.Region("fp-dispatch")
-    region._by_name["fp-dispatch"] = replacement
+    region.by_name["fp-dispatch"] = replacement
     try:
         assert instrument.timed("fp-dispatch") is replacement
     finally:
-        region._by_name["fp-dispatch"] = r
+        region.by_name["fp-dispatch"] = r
     assert instrument.timed("fp-dispatch") is r
 
 

@@ -175,7 +175,7 @@ def test_decorated_functions_timers_and_exceptions_are_traced(tmp_path: Path) ->
         return 1
 
     assert f() == 1
-    manual = instrument.timer("manual")
+    manual = instrument.Timer("manual")
     manual.start()
     manual.stop()
     with pytest.raises(KeyError), instrument.timed("fails"):

@@ -137,7 +137,9 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def private_uses(module: str, path: Path, modules: Iterable[str], root: Path = ROOT) -> list[str]:
+def private_uses(
+    module: str, path: Path, modules: Iterable[str], root: Path = ROOT, package: str = PACKAGE
+) -> list[str]:
     """``file:line: ...`` for each private name of another package module that ``path``
     (the module ``module``) imports or reaches as an attribute of an imported module."""
     known = set(modules)
@@ -153,7 +155,7 @@ def private_uses(module: str, path: Path, modules: Iterable[str], root: Path = R
                     aliases[alias.asname] = alias.name
         elif isinstance(node, ast.ImportFrom):
             base = _absolute(module, is_package, node.level, node.module)
-            if base != PACKAGE and not base.startswith(PACKAGE + "."):
+            if base != package and not base.startswith(package + "."):
                 continue
             for alias in node.names:
                 child = f"{base}.{alias.name}"
@@ -186,7 +188,7 @@ def all_private_uses(root: Path = ROOT, package: str = PACKAGE) -> list[str]:
     return [
         f"private name across modules: {use}"
         for name, path in modules.items()
-        for use in private_uses(name, path, modules, root)
+        for use in private_uses(name, path, modules, root, package)
     ]
 
 

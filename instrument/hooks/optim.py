@@ -242,10 +242,10 @@ class OptimizerHooks:
                 result = closure(*args, **kwargs)
             except BaseException:
                 # the step ends here: record the update's time so far, leave the stack clean
-                set_top(_resumed(frame, now() - t0, sync))
+                set_top(resumed(frame, now() - t0, sync))
                 close(get_top())
                 raise
-            set_top(_resumed(frame, now() - t0, sync))
+            set_top(resumed(frame, now() - t0, sync))
             return result
 
         return timed_closure
@@ -296,7 +296,7 @@ class OptimizerHooks:
             step()
 
 
-def _resumed(frame: Frame, spent: int, sync: bool) -> Frame:
+def resumed(frame: Frame, spent: int, sync: bool) -> Frame:
     """``frame`` back on top of its parent, its start moved later by ``spent`` ns."""
     if sync:
         clocks.synchronize()
@@ -304,10 +304,10 @@ def _resumed(frame: Frame, spent: int, sync: bool) -> Frame:
     if event is not None:  # the device pair restarts after the closure
         clocks.events.release(torch.cuda.current_device(), [event])
         event = clocks.record_event()
-    if observe._open:
-        opened = observe._open.pop((node, t0), None)
+    if observe.open_ranges:
+        opened = observe.open_ranges.pop((node, t0), None)
         if opened is not None:
-            observe._open[(node, t0 + spent)] = opened
+            observe.open_ranges[(node, t0 + spent)] = opened
     return Frame(node, t0 + spent, parent, owner, event)
 
 

@@ -33,20 +33,20 @@ from instrument._warn import warn_once
 from instrument.auto import FORWARD_UNSEEN, AutoHandle, auto_with
 from instrument.diagnosis import Thresholds
 from instrument.hooks import data as data_hooks
-from instrument.hooks import modules as module_hooks
 from instrument.hooks.collectives import hook_ddp
-from instrument.hooks.optim import _resumed
+from instrument.hooks.optim import resumed
 from instrument.hooks.patches import put_on_instance
 from instrument.integrations.figures import LOG_MODES, figures
-from instrument.regions.frames import get_top, set_top
-from instrument.regions.region import Region, check_level, region_for
-from instrument.regions.timer import Timer, timer
-from instrument.report import Report
-from instrument.throughput import BatchCounter, batch_counts
 from instrument.options import DEFAULTS, AutoOptions
+from instrument.regions.frames import get_top, set_top
+from instrument.regions.region import Region, region_for
+from instrument.regions.timer import Timer
+from instrument.report import Report
 from instrument.reporter import Reporter
 from instrument.sinks.base import Sink
 from instrument.sinks.console import Console
+from instrument.throughput import BatchCounter, batch_counts
+
 
 class ToLoggers(Sink):
     """Each report's :func:`figures` to the Trainer's loggers (``trainer.loggers``), at the
@@ -241,7 +241,7 @@ class Session:
         if self._handle is None or getattr(trainer, "sanity_checking", False):
             return
         if self._validation is None:
-            self._validation = timer("validation", clock=self._clock)
+            self._validation = Timer("validation", clock=self._clock)
         if not self._validation.running:
             self._validation.start()
 
@@ -358,7 +358,7 @@ class Session:
             return
         try:
             samples, tokens = counter(batch)
-            reporter.count(samples=samples, tokens=tokens)
+            reporter.count_into_step(samples, tokens)
         except Exception as error:  # never let counting stop training
             self._counter = None
             warn_once(
@@ -430,7 +430,7 @@ class Session:
             try:
                 return call(*args, **kwargs)
             finally:
-                set_top(_resumed(frame, now() - t0, sync))
+                set_top(resumed(frame, now() - t0, sync))
 
         return outside
 

@@ -38,8 +38,8 @@ from instrument.hooks import data as data_hooks
 from instrument.hooks import patches
 from instrument.hooks.collectives import hook_ddp
 from instrument.integrations.figures import LOG_MODES, figures
-from instrument.regions.region import Region, region_for
 from instrument.options import DEFAULTS, AutoOptions
+from instrument.regions.region import Region, region_for
 from instrument.report import Report
 from instrument.reporter import Reporter
 from instrument.sinks.console import Console

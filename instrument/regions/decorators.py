@@ -102,7 +102,7 @@ def in_region(func: Callable[..., Any], region: Region) -> Callable[..., Any]:
     return in_region
 
 
-class _NamedByFunction:
+class NamedByFunction:
     """``timed()`` / ``timed(clock=...)`` with no name: a decorator naming by ``__qualname__``."""
 
     __slots__ = ("clock", "level")
@@ -112,7 +112,7 @@ class _NamedByFunction:
         self.level = level
 
     def __call__(self, func: F) -> F:
-        return decorate(func, region_for(_qualname(func), self.clock, self.level))
+        return decorate(func, region_for(qualname(func), self.clock, self.level))
 
     def __enter__(self) -> None:
         raise TypeError("timed() needs a name when used as a context manager: timed('name')")
@@ -121,7 +121,7 @@ class _NamedByFunction:
         return None
 
 
-def _qualname(func: Any) -> str:
+def qualname(func: Any) -> str:
     target = getattr(func, "__func__", func)
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
     if not isinstance(name, str):
@@ -129,7 +129,7 @@ def _qualname(func: Any) -> str:
     return name.replace("/", ".")
 
 
-def _is_decoratable(obj: object) -> bool:
+def is_decoratable(obj: object) -> bool:
     return callable(obj) or isinstance(obj, (classmethod, staticmethod))
 
 

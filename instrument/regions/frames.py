@@ -73,6 +73,7 @@ from instrument.registry import ROOT, PathNode
 if TYPE_CHECKING:
     from instrument.regions.region import Region
 
+
 class Frame(NamedTuple):
     """One open region (see the module doc). Frames are immutable: a stack is its innermost
     frame, and ``parent`` links it to the rest."""
@@ -147,7 +148,7 @@ def close(frame: Frame, failing: bool = False) -> None:
         if failing:
             return
         raise
-    if owner._observed or observe._open or observe.trace is not None:
+    if owner._observed or observe.open_ranges or observe.trace is not None:
         observe.exited(frame, t1)
     if not unlink(frame):  # it stays on its own context's stack: never report it as open
         registry.closed_elsewhere(frame.node, frame.t0)

@@ -26,7 +26,7 @@ from instrument.report import FLUSH_ROW, OTHER_ROW
 F = TypeVar("F", bound=Callable[..., Any])
 CPU = "cpu"
 
-_lock = threading.Lock()
+lock = threading.Lock()
 
 
 def _decorators_not_imported(func: Any, region: Region) -> Any:
@@ -326,7 +326,7 @@ _OBSERVED_CLASSES: dict[str, type[Region]] = {
 }
 
 # default-option regions by name (the fast lookup), others by (name, clock, level)
-_by_name: dict[str, Region] = {}
+by_name: dict[str, Region] = {}
 _by_key: dict[tuple[str, object, int], Region] = {}
 
 
@@ -347,8 +347,8 @@ def apply(region: Region, *, warn: bool = False) -> None:
 
 def apply_all() -> None:
     """Re-resolve every live region (after ``configure``, ``enable`` or ``disable``)."""
-    with _lock:
-        regions = (*_by_name.values(), *_by_key.values())
+    with lock:
+        regions = (*by_name.values(), *_by_key.values())
     for region in regions:
         apply(region)
 
@@ -356,18 +356,18 @@ def apply_all() -> None:
 def region_for(name: str, clock: object = None, level: int = 0) -> Region:
     """The one cached region for this key, created and resolved on first use."""
     if clock is None and level == 0:
-        found = _by_name.get(name)
+        found = by_name.get(name)
         if found is not None:
             return found
     check_name(name)
     check_level(level)
     if clock is not None:
         clocks.check_clock(clock)
-    with _lock:
+    with lock:
         if clock is None and level == 0:
-            region = _by_name.get(name)
+            region = by_name.get(name)
             if region is None:
-                region = _by_name[name] = Region(name)
+                region = by_name[name] = Region(name)
                 apply(region)
         else:
             key = (name, clock, level)

@@ -32,9 +32,10 @@ class _Duck(Sink):
     def __init__(self, target: Any) -> None:
         self.target = target
         only = getattr(target, "only_ranks", None)
-        self.only_ranks = only_ranks_option(
-            "all" if only is None else only, None if only is not None else getattr(target, "ranks", None)
-        )
+        if only is None:  # an object with the deprecated ``ranks`` (or neither)
+            self.only_ranks = only_ranks_option("all", getattr(target, "ranks", None))
+        else:
+            self.only_ranks = only_ranks_option(only)
 
     def write(self, report: Report) -> None:
         self.target.write(report)
