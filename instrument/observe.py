@@ -103,7 +103,7 @@ def on_switch(reapply: Callable[[], None], lock: Any = None) -> None:
 # -- the hot path of observed regions (only while something watches) ----------------------
 
 
-def entered(region: Any, frame: tuple[Any, ...]) -> None:
+def entered(region: Any, frame: Any) -> None:
     """A region opened: push its NVTX range and its profiler range; a region on the "cuda"
     clock (its frame holds a start event) records a device event for the trace."""
     pushed = (nvtx_all or region in nvtx_regions) and nvtx_available()
@@ -120,7 +120,7 @@ def entered(region: Any, frame: tuple[Any, ...]) -> None:
         open_ranges[(frame.node, frame.t0)] = (pushed, ranged, device)
 
 
-def exited(frame: tuple[Any, ...], t1: int) -> None:
+def exited(frame: Any, t1: int) -> None:
     """A region closed at ``t1``: close its ranges, append its trace event (with a device
     end event when it recorded a device start)."""
     global trace_recorded

@@ -167,18 +167,19 @@ def private_uses(
     bound = {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)} | {
         n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
     }
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+    for attribute in ast.walk(tree):
+        if not (isinstance(attribute, ast.Attribute) and _private(attribute.attr)):
             continue
-        value = node.value
+        value = attribute.value
         target = None
         if isinstance(value, ast.Name) and value.id in aliases and value.id not in bound:
             target = aliases[value.id]
         elif isinstance(value, ast.Attribute):  # instrument.x._name
             dotted = ast.unparse(value)
             target = dotted if dotted in known else None
-        if target is not None and target != module and f"{target}.{node.attr}" not in known:
-            found.append(f"{where}:{node.lineno}: uses {target}'s private {node.attr}")
+        name = attribute.attr
+        if target is not None and target != module and f"{target}.{name}" not in known:
+            found.append(f"{where}:{attribute.lineno}: uses {target}'s private {name}")
     return found
 
 

@@ -59,7 +59,7 @@ class Sink:
         if old is not None and not isinstance(old, property):  # a class-level ``ranks = 0``
             deprecated(f"{cls.__name__}.ranks", "only_ranks (the same filter)")
             cls.only_ranks = check_rank_filter(old)
-            del cls.ranks  # type: ignore[misc]
+            del cls.ranks
 
     @property
     def ranks(self) -> RankFilter:
