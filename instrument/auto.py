@@ -313,6 +313,16 @@ def auto(
     return auto_with(model, optimizer, options, loop)
 
 
+def check_count_batch(counter: object) -> BatchCounter | str | None:
+    """``count_batch`` checked: ``"auto"``, None, or a function of the batch."""
+    if counter is not None and counter != "auto" and not callable(counter):
+        raise TypeError(
+            "count_batch must be 'auto', None, or a function of the batch returning "
+            f"(samples, tokens), got {counter!r}"
+        )
+    return counter
+
+
 @dataclasses.dataclass(frozen=True)
 class Loop:
     """What of the training loop ``auto`` times besides the model and optimizers: the
@@ -323,12 +333,7 @@ class Loop:
     count_batch: BatchCounter | str | None = None
 
     def __post_init__(self) -> None:
-        counter = self.count_batch
-        if counter is not None and counter != "auto" and not callable(counter):
-            raise TypeError(
-                "count_batch must be 'auto', None, or a function of the batch returning "
-                f"(samples, tokens), got {counter!r}"
-            )
+        counter = check_count_batch(self.count_batch)
         if self.dataloader is None and callable(counter):
             raise ValueError("count_batch= counts the batches of dataloader=; pass the loader too")
 

@@ -406,7 +406,9 @@ def test_bad_options_are_refused() -> None:
 def test_count_tokens_is_a_deprecated_spelling_of_count_batch() -> None:
     with pytest.warns(DeprecationWarning, match="use count_batch="):
         callback = InstrumentCallback(count_tokens=False)
-    assert callback.loop.count_batch is None
+    assert callback.count_batch is None
+    counted = InstrumentCallback(count_batch=lambda batch: (1, None))
+    assert callable(counted.count_batch)
 
 
 @pytest.mark.slow  # a subprocess

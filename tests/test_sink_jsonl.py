@@ -161,7 +161,7 @@ def rank_worker(rank: int, world_size: int, folder: str) -> dict[str, Any]:
         JSONL(f"{folder}/r{{rank}}/run.jsonl", only_ranks=[1]),  # rank 1 only, placeholder filled
     ]
     with use_clock(clock):
-        reporter = instrument.Reporter(every=None, sinks=sinks, ranks="max", memory=False)
+        reporter = instrument.Reporter(every=None, sinks=sinks, ranks="minmax", memory=False)
         with instrument.timed("forward"):
             clock.advance(0.1 * (rank + 1))
         instrument.step()

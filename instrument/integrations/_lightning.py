@@ -30,7 +30,7 @@ import torch
 
 from instrument import clocks, registry
 from instrument._warn import warn_once
-from instrument.auto import FORWARD_UNSEEN, AutoHandle, auto_with
+from instrument.auto import FORWARD_UNSEEN, AutoHandle, auto_with, check_count_batch
 from instrument.diagnosis import Thresholds
 from instrument.hooks import data as data_hooks
 from instrument.hooks.collectives import hook_ddp
@@ -158,14 +158,10 @@ class Session:
             ranks=ranks,
             diagnose=diagnose,
         )
-        if count_batch == "auto":
-            count_batch = batch_counts
-        elif count_batch is not None and not callable(count_batch):
-            raise TypeError(
-                "count_batch must be 'auto', None, or a function of the batch returning "
-                f"(samples, tokens), got {count_batch!r}"
-            )
-        self._counter: BatchCounter | None = count_batch
+        counter = check_count_batch(count_batch)
+        self._counter: BatchCounter | None = (
+            batch_counts if counter == "auto" else None if isinstance(counter, str) else counter
+        )
         self._clock = self._options.region_clock
         self._given = reporter
         self._handle: AutoHandle | None = None

@@ -32,7 +32,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
 from instrument._warn import deprecated, warn_once
-from instrument.auto import AutoHandle, Loop, auto_with
+from instrument.auto import AutoHandle, Loop, auto_with, check_count_batch
 from instrument.diagnosis import Thresholds
 from instrument.hooks import data as data_hooks
 from instrument.hooks import patches
@@ -121,7 +121,7 @@ class InstrumentCallback(TrainerCallback):
             ranks=ranks,
             diagnose=diagnose,
         )
-        self.loop = Loop(None, None, count_batch)  # (checks count_batch)
+        self.count_batch = check_count_batch(count_batch)
         self.every = every
         self.log = log
         self.log_depth = log_depth
@@ -157,7 +157,7 @@ class InstrumentCallback(TrainerCallback):
             sinks = [Console()] if options.sinks is None else list(options.sinks)
             every = self.every if self.every is not None else _logging_every(args, state)
             options = dataclasses.replace(options, every=every, sinks=[*sinks, self._keep])
-        counter = count_batch if self.loop.count_batch == "auto" else self.loop.count_batch
+        counter = count_batch if self.count_batch == "auto" else self.count_batch
         loop = Loop(train_dataloader, lr_scheduler, None if train_dataloader is None else counter)
         try:
             self.handle = auto_with(model, optimizer, options, loop)

@@ -17,7 +17,7 @@ import wrapt
 
 import instrument.regions.region as region_module
 from instrument.regions import native
-from instrument.regions.frames import Frame, close, get_top, set_top
+from instrument.regions.frames import Frame, close, get_top, new_frame, set_top
 from instrument.regions.region import CPU, CpuRegion, Region, region_for
 from instrument.registry import CHUNK, fold
 
@@ -151,7 +151,7 @@ def _sync_wrapper(region: Region) -> Callable[..., Any]:
             node = parent.node.child(name, r.level, CPU)
         now = r._now
         t0 = now()
-        set_top(Frame(node, t0, parent, r, None))
+        set_top(new_frame(Frame, (node, t0, parent, r, None)))
         ok = False
         try:
             result = wrapped(*args, **kwargs)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from instrument import _fields, _state, clocks, observe, registry
 from instrument._warn import warn_once
 from instrument.regions import native
-from instrument.regions.frames import Frame, close, get_top, set_top, unlink
+from instrument.regions.frames import Frame, close, get_top, new_frame, set_top, unlink
 from instrument.registry import CHUNK, OVERFLOW, fold
 from instrument.report import FLUSH_ROW, OTHER_ROW
 
@@ -148,7 +148,7 @@ class Region(RegionBase):
         if mode == "sync":
             clocks.synchronize()
         event = clocks.record_event() if mode == "cuda" else None
-        frame = Frame(node, self._now(), parent, self, event)
+        frame = new_frame(Frame, (node, self._now(), parent, self, event))
         set_top(frame)
         if self._observed:
             observe.entered(self, frame)
@@ -204,7 +204,7 @@ class CpuRegion(Region):
         node = parent.node.children.get(self.name)
         if node is None:
             node = parent.node.child(self.name, self.level, CPU)
-        set_top(Frame(node, self._now(), parent, self, None))
+        set_top(new_frame(Frame, (node, self._now(), parent, self, None)))
         return self
 
     def __exit__(
