@@ -19,6 +19,7 @@ import instrument
 from instrument import registry
 from instrument._native import speedups
 from instrument.regions import frames, region
+from instrument.regions.frames import Frame
 
 needs_c = pytest.mark.skipif(speedups is None, reason="C accelerator not built or disabled")
 
@@ -94,7 +95,7 @@ def test_spare_frames_are_harmless_to_the_garbage_collector() -> None:
             pass
     gc.collect()
     for obj in gc.get_objects():
-        if type(obj) is tuple and len(obj) == 5:
+        if type(obj) is Frame:
             repr(obj)
             list(obj)
 
@@ -104,9 +105,9 @@ def test_a_spare_frame_reached_through_the_garbage_collector_is_never_refilled()
         with instrument.timed("fp-gc"), instrument.timed("fp-gc2"):
             pass
     held = [
-        (obj, obj[1], int(obj[1]))  # the tuple, its start-time int, and that int's value
+        (obj, obj.t0, int(obj.t0))  # the frame, its start-time int, and that int's value
         for obj in gc.get_objects()
-        if type(obj) is tuple and len(obj) == 5 and obj[0] is None and type(obj[3]) is list
+        if type(obj) is Frame and obj.node is None and type(obj.owner) is list
     ]
     if not held:
         pytest.skip("no spare frames on this path (pure Python, or Python 3.14+)")
@@ -205,3 +206,26 @@ def test_the_bucket_from_the_bit_length_is_the_bucket_of_the_double() -> None:
     values += [(2**k) * 15 // 8 + d for k in range(3, 60) for d in (-1, 0, 1)]
     for v in values:
         assert bucket_counts([v]) == {speedups.bucket(v): 1}, v
+
+
+def test_frames_are_frame_named_tuples_on_every_path() -> None:
+    @instrument.timed("fp-frame-call")
+    def inner() -> Frame:
+        return frames.get_top()
+
+    with instrument.timed("fp-frame") as region:
+        top = frames.get_top()
+        called = inner()
+    assert type(top) is Frame
+    assert (top.node.path, top.owner, top.parent) == ("fp-frame", region, frames.ROOT_FRAME)
+    assert type(called) is Frame
+    assert called.parent is top
+    assert called.node.path == "fp-frame/fp-frame-call"
+    assert frames.get_top() is frames.ROOT_FRAME
+
+
+@pytest.mark.skipif(speedups is None, reason="the C accelerator is not built")
+def test_the_c_stack_takes_only_frames() -> None:
+    node = frames.ROOT_FRAME.node
+    with pytest.raises(TypeError, match="needs a region frame"):
+        speedups.set_top((node, 0, None, None, None))  # a plain tuple is not a Frame
