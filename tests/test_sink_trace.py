@@ -17,8 +17,8 @@ from distributed_helpers import run_ranks
 import instrument
 from instrument import observe
 from instrument.regions import region as region_module
-from instrument.regions.region import CpuRegion, ObservedCpuRegion
 from instrument.regions.frames import Frame
+from instrument.regions.region import CpuRegion, ObservedCpuRegion
 from instrument.report import FLUSH_ROW
 from instrument.sinks import ChromeTrace, trace
 from instrument.testing import FakeClock
