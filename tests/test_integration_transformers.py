@@ -18,7 +18,7 @@ from distributed_helpers import torchrun
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
-from instrument import registry  # noqa: E402
+from instrument import Reporter, registry  # noqa: E402
 from instrument.hooks import modules as module_hooks  # noqa: E402
 from instrument.hooks import optim as optim_hooks  # noqa: E402
 from instrument.hooks import patches  # noqa: E402
@@ -289,6 +289,17 @@ def test_a_ratio_of_logging_steps_reports_at_each_log() -> None:
     assert [r.steps for r in sink.reports] == [2, 2]
     logged = [e["step"] for e in trainer.state.log_history if "instrument/step_ms" in e]
     assert logged == [2, 4]
+
+
+def test_a_given_reporter_is_used_feeds_the_logs_and_is_left_open() -> None:
+    sink = InMemory()
+    reporter = Reporter(every=2, sinks=[sink], normalizer="steps")
+    trainer = train(gpt2, InstrumentCallback(reporter=reporter))
+    assert [r.steps for r in sink.reports] == [2, 2]
+    assert not reporter.closed
+    logged = [e["step"] for e in trainer.state.log_history if "instrument/step_ms" in e]
+    assert logged == [2, 4]
+    reporter.close(flush=False)
 
 
 class _Failing(transformers.TrainerCallback):  # type: ignore[misc]
