@@ -734,6 +734,14 @@ take_tree(PyObject *module, PyObject *args)
                             source);
     }
     source = source == Py_None ? NULL : source;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (source != NULL && PyDict_Next(source, &pos, &key, &value)) {
+        if (!PyObject_TypeCheck(value, &NodeType)) {
+            return PyErr_Format(PyExc_TypeError,
+                                "take_tree: source values must be path nodes, got %R", value);
+        }
+    }
     if (keep != Py_None && !PyAnySet_Check(keep)) {
         return PyErr_Format(PyExc_TypeError, "take_tree: keep must be a set or None, got %R",
                             keep);

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import weakref
 
 import torch
 
@@ -184,9 +185,11 @@ class MemorySampler:
     :attr:`host_peak_resets` is ``False`` and ``host_peak_rss`` is the process's lifetime peak.
 
     Peaks are process-wide: the host peak for the whole process, the device peaks for each
-    device. Keep one sampler per process - two samplers, or other code calling
-    ``torch.cuda.reset_peak_memory_stats()``, shorten each other's intervals. Device fields
-    describe the current device; call :meth:`sample` from one thread at a time.
+    device. Live samplers (one per reporter) share them: a sample hands the peaks it read
+    before resetting them to every other live sampler, whose next sample reports the larger
+    of those and its own reading. Other code calling ``torch.cuda.reset_peak_memory_stats()``
+    still shortens the intervals. Device fields describe the current device; call
+    :meth:`sample` from one thread at a time.
 
     Example:
         >>> sampler = MemorySampler()
@@ -199,8 +202,13 @@ class MemorySampler:
         self._host_peak_resets = True
         self._counts: dict[int, dict[str, int]] = {}  # device -> counters at the last sample
         self._totals: dict[int, int] = {}  # device -> its memory
-        self._reset_host_peak()
-        self._sample_device(warn=False)  # reset the device peaks, take the counters' baseline
+        self._carried: dict[str, int] = {}  # peaks other samplers reset since this one's
+        if _samplers:  # the live samplers keep the peaks of their intervals so far
+            _share(self, self._read(warn=False))
+        else:
+            self._reset_host_peak()
+            self._sample_device(warn=False)  # reset the device peaks, the counters' baseline
+        _samplers.add(self)
 
     @property
     def host_peak_resets(self) -> bool:
@@ -209,6 +217,17 @@ class MemorySampler:
 
     def sample(self) -> dict[str, int]:
         """Memory now and since the previous sample, in bytes; then reset the peaks."""
+        memory = self._read()
+        if len(_samplers) > 1:
+            _share(self, memory)
+        carried, self._carried = self._carried, {}
+        for field, peak in carried.items():
+            if field in memory and peak > memory[field]:
+                memory[field] = peak
+        return memory
+
+    def _read(self, *, warn: bool = True) -> dict[str, int]:
+        """Memory now and the peaks since the last reset, in bytes; then reset the peaks."""
         # (the host's sample inline: a flush runs it every interval)
         memory: dict[str, int] = {}
         rss = peak = _rss_at_its_peak()
@@ -227,7 +246,7 @@ class MemorySampler:
         if self._host_peak_resets and (rss is None or peak is None or peak > rss):
             self._reset_host_peak()
         if cuda_ready():
-            memory.update(self._sample_device())
+            memory.update(self._sample_device(warn=warn))
         return memory
 
     def _reset_host_peak(self) -> None:
@@ -275,3 +294,21 @@ class MemorySampler:
                 device,
             )
         return memory
+
+
+#: The fields that are peaks since the last reset (shared between live samplers).
+PEAKS = ("host_peak_rss", "device_peak_allocated", "device_peak_reserved")
+
+#: The live samplers (weakly held: a dropped reporter's sampler goes with it).
+_samplers: weakref.WeakSet[MemorySampler] = weakref.WeakSet()
+
+
+def _share(reader: MemorySampler, memory: dict[str, int]) -> None:
+    """Hand the peaks ``reader`` just read (and reset) to every other live sampler."""
+    for other in list(_samplers):
+        if other is reader:
+            continue
+        for field in PEAKS:
+            value = memory.get(field)
+            if value is not None and value > other._carried.get(field, -1):
+                other._carried[field] = value

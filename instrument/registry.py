@@ -122,7 +122,9 @@ class _PyNodeBase:
             )
         for reader in readers:
             if not isinstance(reader, _PyNodeBase) or reader is self:
-                raise TypeError(f"drain_into: each reader must be another path node, got {reader!r}")
+                raise TypeError(
+                    f"drain_into: each reader must be another path node, got {reader!r}"
+                )
         _drain(self)
         acc = self.acc
         if not acc.count:
@@ -797,9 +799,7 @@ def _drain_to(readers: list[Reader]) -> dict[PathNode, tuple[int, int]]:
     return drained
 
 
-def _totals(
-    drained: dict[PathNode, tuple[int, int]], nodes: list[PathNode]
-) -> dict[PathNode, int]:
+def _totals(drained: dict[PathNode, tuple[int, int]], nodes: list[PathNode]) -> dict[PathNode, int]:
     """The total ns drained of each of ``nodes`` that had a finished call."""
     return {node: drained[node][1] for node in nodes if node in drained}
 
@@ -838,12 +838,10 @@ def _take_tree(
     figures are taken from ``source[node]`` instead of the node. The caller holds ``_lock``."""
     if source is not None and not isinstance(source, dict):
         raise TypeError(f"take_tree: source must be a dict or None, got {source!r}")
+    for held in () if source is None else source.values():
+        if not isinstance(held, NodeBase):
+            raise TypeError(f"take_tree: source values must be path nodes, got {held!r}")
     walked = _walk_tree(root)
-    if source is not None:
-        for node, _, _ in walked:
-            held = source.get(node)
-            if held is not None and not isinstance(held, NodeBase):
-                raise TypeError(f"take_tree: source values must be path nodes, got {held!r}")
     taken = _take_rows(walked, keep, source)
     released = _release_idle(walked, idle_limit, concurrent)
     return (*taken, released)

@@ -39,8 +39,8 @@ def enter_exit(region: Any) -> str:
     return "entered and exited"
 
 
-def issue_17_item_1() -> str:
-    """``r = timed("x"); del r.name; with r: pass`` (a segfault before the fix)."""
+def delete_name_then_enter() -> str:
+    """``r = timed("x"); del r.name; with r: pass`` (must raise, never crash)."""
     r = instrument.timed("x")
     try:
         del r.name
@@ -52,7 +52,7 @@ def issue_17_item_1() -> str:
 def field_probes() -> None:
     r = instrument.timed("fields")
     node = registry.ROOT
-    probe("issue 17.1: del r.name; with r", issue_17_item_1)
+    probe("del r.name; with r", delete_name_then_enter)
     for field in ("name", "clock", "level", "_now"):
         probe(f"del region.{field}", lambda f=field: delattr(r, f))
     for field, value in [
@@ -162,6 +162,21 @@ def c_only_probes() -> None:
         "take_tree(node, 0, [1], None)", lambda: speedups.take_tree(blank_frame.node, 0, [1], None)
     )
     probe("take_tree(node, 0, None, 5)", lambda: speedups.take_tree(blank_frame.node, 0, None, 5))
+    probe(
+        "take_tree(node, 0, None, None, 5)",
+        lambda: speedups.take_tree(blank_frame.node, 0, None, None, 5),
+    )
+    probe(
+        "take_tree(node, 0, None, None, {node: 5})",
+        lambda: speedups.take_tree(blank_frame.node, 0, None, None, {blank_frame.node: 5}),
+    )
+    probe("NodeBase().drain_into(5)", lambda: speedups.NodeBase().drain_into(5))
+    probe("NodeBase().drain_into([5])", lambda: speedups.NodeBase().drain_into([5]))
+    probe("NodeBase().drain_into()", lambda: speedups.NodeBase().drain_into())
+    node = speedups.NodeBase()
+    node.add(3)
+    probe("node.drain_into([node])", lambda: node.drain_into([node]))
+    probe("node.drain_into((node,))", lambda: node.drain_into((node,)))
     probe("NodeBase().name", lambda: speedups.NodeBase().name)
     probe("NodeBase().level = 2**80", lambda: setattr(speedups.NodeBase(), "level", 2**80))
     probe("CallTimer()", lambda: speedups.CallTimer())

@@ -210,9 +210,9 @@ def extra_flush_worker(rank: int, world_size: int) -> list[tuple[int, int, str, 
 @pytest.mark.slow  # two ranks
 @pytest.mark.timeout(120)
 def test_ranks_out_of_step_after_an_extra_flush_meet_again_at_the_next_multiple() -> None:
-    """An extra flush on one rank no longer shifts its reports for good: both report at
-    steps 4, 8 and 12, and combine again from step 8 (each later flush waited out
-    ``rank_timeout`` on every rank before)."""
+    """An extra flush on one rank does not shift its reports for good: both report at
+    steps 4, 8 and 12, and combine again from step 8 (no later flush waits out
+    ``rank_timeout``)."""
     start = time.perf_counter()
     first, second = run_ranks(extra_flush_worker, 2, timeout=100)
     assert [(a, b) for a, b, _, _ in first] == [(0, 3), (3, 4), (4, 8), (8, 12)]

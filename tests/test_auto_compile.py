@@ -311,8 +311,8 @@ def test_per_module_backward_hooks_come_off_a_module_compiled_after_auto() -> No
 def test_a_forward_replaced_by_its_compiled_self_is_named_in_the_warning() -> None:
     """``model.forward = torch.compile(model.forward)``: before auto it is timed (auto wraps
     the compiled function); after auto Dynamo may trace through the timed forward (here,
-    once such a forward was compiled before), so nothing records — and the warning blamed
-    a compiled train_step instead of naming what happened."""
+    once such a forward was compiled before), so nothing records — and the warning names
+    that replacement, not a compiled train_step."""
     for replaced_after in (False, True):
         torch._dynamo.reset()
         model = TinyLM()

@@ -1,8 +1,7 @@
 """No Python caller can crash the C accelerator, and both paths refuse the same things.
 
 The adversarial calls live in tests/c_safety_probes.py and run in one subprocess per
-section and path, so a segfault fails a test instead of killing pytest (issue 17, items 1
-to 3).
+section and path, so a segfault fails a test instead of killing pytest.
 """
 
 from __future__ import annotations
@@ -83,7 +82,7 @@ def _kind(outcome: str) -> str:
 @pytest.mark.timeout(300)
 def test_deleting_a_field_is_refused_and_the_region_still_works() -> None:
     for results in _probes("fields"):
-        assert results["issue 17.1: del r.name; with r"] == (
+        assert results["del r.name; with r"] == (
             "AttributeError: instrument: the region field 'name' cannot be deleted "
             "(it is set once, at construction)"
         )
@@ -160,7 +159,7 @@ def test_every_c_entry_point_checks_its_arguments() -> None:
 @pytest.mark.parametrize("make", ["node", "region"])
 def test_gc_sees_the_type_of_an_instance_once(make: str) -> None:
     # A heap subclass's instance holds one reference to its type, which CPython's
-    # subtype_traverse already visits: visiting it again in the C tp_traverse made the
-    # collector count it twice (a debug build aborts in gc.collect(); issue 17 item 3).
+    # subtype_traverse already visits: visiting it again in the C tp_traverse would make the
+    # collector count it twice (a debug build aborts in gc.collect()).
     obj: object = registry.PathNode("probe", None) if make == "node" else instrument.timed("gc")
     assert gc.get_referents(obj).count(type(obj)) == 1

@@ -1,5 +1,5 @@
 """Bad arguments are refused where they are given, naming the argument, the value and what
-is accepted — not at the first flush, write or iteration (issue 17, item 16)."""
+is accepted — not at the first flush, write or iteration."""
 
 from __future__ import annotations
 

@@ -624,7 +624,7 @@ def test_python_m_instrument_errors(broken: dict[str, Path], case: str, message:
     assert message in done.stderr
 
 
-# -- hostile input (issue 17, items 17 and 18) ------------------------------------------
+# -- hostile input -----------------------------------------------------------------------
 
 
 def edit_reports(path: Path, edit: Callable[[int, dict[str, Any]], object]) -> None:
@@ -830,7 +830,7 @@ def test_a_field_of_the_wrong_shape_is_a_file_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], detail: str
 ) -> None:
     """Malformed but valid JSON, field by field: the documented error at its line, never
-    the internal error (found by mutating every field of a gathered run's report)."""
+    the internal error (each field of a gathered run's report changed in turn)."""
     run = tmp_path / "run.jsonl"
     write_run(run, A)
     lines = run.read_text().splitlines()

@@ -380,7 +380,8 @@ def test_steps_per_output_changed_to_zero_after_construction_raises_at_the_bound
     clock: FakeClock,
 ) -> None:
     # DeepSpeed main, ThroughputTimer._is_report_boundary: "steps_per_output must be a
-    # positive integer, got {self.steps_per_output}" (a guard against mutation, its #7838)
+    # positive integer, got {self.steps_per_output}" (a guard against mutation,
+    # deepspeedai/DeepSpeed#7838)
     tput = ThroughputTimer(None, 1, start_step=0, steps_per_output=2, logging_fn=print)
     tput.steps_per_output = 0
     tput.start()

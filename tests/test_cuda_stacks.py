@@ -49,7 +49,7 @@ def assert_device_timed(report: instrument.Report, *paths: str) -> None:
 
 @pytest.mark.xfail(
     torch.__version__ < "2.13",
-    reason="torch 2.11 on an H100 (2026-11-26): the optimizer's device time was 0 in the "
+    reason="torch 2.11 on an H100: the optimizer's device time reads 0 in the "
     "intervals of steps 1-2 and 5-6 and the host time ~57 ms a step; instrument supports "
     "torch 2.13, not seen there yet",
     strict=False,

@@ -1,6 +1,6 @@
 """The docs run: every Python block and shell command of README.md and docs/*.md.
 
-Each markdown file is one session: its Python blocks run in order in one namespace (in a
+Each markdown file is one run: its Python blocks run in order in one namespace (in a
 fresh interpreter, in a temporary directory), and its shell commands run in the same
 directory, so a command can read the files that earlier blocks wrote. The output block
 shown after a block (a plain or ``text`` fence, right after it or after one short line
@@ -71,7 +71,8 @@ EXACT = "<!-- docs-test: numbers are exact -->"
 # A file whose outputs are trees of real timings says so; their lines may come in any order.
 UNORDERED = "<!-- docs-test: lines in any order -->"
 MARKER = re.compile(r"^<!--\s*not run:\s*(.+?)\s*-->$")
-# Known drift fixed on another branch: the file's test is an expected failure until then.
+# Pages known to differ from what they print: each one's test is an expected failure
+# (the value is the reason).
 KNOWN_DRIFT: dict[str, str] = {}
 # Pages whose run takes more than a few seconds (an offline wandb run, Lightning fits, many
 # blocks each in its own interpreter): the slow tier runs them, the default tier the rest.
@@ -144,7 +145,7 @@ def check_markers(blocks: list[Block]) -> list[str]:
     ]
 
 
-# ---------------------------------------------------------------- the session (child)
+# ---------------------------------------------------------------- the page's run (child)
 
 
 def _console_script(body: str) -> tuple[str, list[str]]:
@@ -342,7 +343,7 @@ def _session(doc: Path, workdir: Path) -> list[dict[str, object]]:
         check=False,
     )
     if not result_path.exists():
-        raise AssertionError(f"the docs session of {doc.name} died:\n{out.stdout}\n{out.stderr}")
+        raise AssertionError(f"the docs run of {doc.name} died:\n{out.stdout}\n{out.stderr}")
     results: list[dict[str, object]] = json.loads(result_path.read_text(encoding="utf-8"))
     return results
 
@@ -479,7 +480,7 @@ def test_a_broken_doc_goes_red(tmp_path: Path) -> None:
 
 
 def test_every_public_name_is_in_the_api_reference() -> None:
-    """What is public is documented, and what is not documented is private (issue 16)."""
+    """What is public is documented, and what is not documented is private."""
     import instrument
     import instrument.compat
     import instrument.sinks

@@ -560,7 +560,7 @@ def test_numbers_too_large_for_json_are_left_out_not_a_crash(
     files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A percentile or an MFU of 1e308 s is finite, but not in ms or in %: the page leaves
-    those values out (found by the CLI fuzz test)."""
+    those values out (a case of the CLI fuzz test)."""
     huge = tmp_path / "huge.jsonl"
     lines = []
     for line in files["base"].read_text().splitlines():

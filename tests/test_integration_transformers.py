@@ -27,7 +27,8 @@ from instrument.integrations.transformers import (  # noqa: E402
     count_batch,
     figures,
 )
-from instrument.sinks import InMemory  # noqa: E402
+from instrument.reading import read_file  # noqa: E402
+from instrument.sinks import JSONL, InMemory  # noqa: E402
 
 SEQ = 16
 BATCH = 4
@@ -453,3 +454,15 @@ def test_a_loader_that_cannot_be_timed_never_stops_training() -> None:
     assert callback.handle.reporter.every == 5
     callback.on_train_end(args, None, None)
     assert callback.handle is None
+
+
+def test_a_users_own_reporter_sees_every_step_beside_the_callback(tmp_path: Path) -> None:
+    sink = InMemory()
+    mine = Reporter(every=None, sinks=[JSONL(tmp_path / "mine.jsonl")], diagnose=False)
+    train(gpt2, InstrumentCallback(sinks=[sink]), steps=4, logging_steps=2)
+    mine.close()
+    (own,) = read_file(tmp_path / "mine.jsonl").reports
+    callback_forwards = sum(report["forward"].count for report in sink.reports)
+    assert [report.steps for report in sink.reports] == [2, 2]
+    assert callback_forwards == own["forward"].count == 4  # both saw every step's forward
+    assert sum(report["optimizer"].count for report in sink.reports) == own["optimizer"].count

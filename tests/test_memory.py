@@ -133,6 +133,28 @@ def test_device_fields_and_interval_counts(
     assert not caplog.records
 
 
+def test_two_samplers_each_see_the_device_peak_of_their_interval(fake_cuda: FakeAllocator) -> None:
+    first, second = MemorySampler(), MemorySampler()
+    fake_cuda.stats["allocated_bytes.all.peak"] = 900
+    assert first.sample()["device_peak_allocated"] == 900  # and the peak is reset to 100
+    fake_cuda.stats["allocated_bytes.all.peak"] = 300
+    assert second.sample()["device_peak_allocated"] == 900  # the first one's reset kept it
+    assert second.sample()["device_peak_allocated"] == 100
+    assert first.sample()["device_peak_allocated"] == 300  # the second one's reading
+
+
+def test_two_samplers_each_see_the_host_peak_of_their_interval() -> None:
+    first, second = MemorySampler(), MemorySampler()
+    if not first.host_peak_resets:
+        pytest.skip("writing 5 to /proc/self/clear_refs is not supported here: lifetime peak")
+    buffer = torch.ones(200 * MB // 4)  # written, so resident; freed back to the OS (munmap)
+    del buffer
+    peak = first.sample()["host_peak_rss"]
+    assert second.sample()["host_peak_rss"] >= peak  # not lost to the first one's reset
+    later = second.sample()
+    assert peak - later["host_peak_rss"] >= 150 * MB
+
+
 def test_reset_counters_are_not_negative(fake_cuda: FakeAllocator) -> None:
     sampler = MemorySampler()
     fake_cuda.stats["num_alloc_retries"] = 0  # torch.cuda.reset_accumulated_memory_stats()

@@ -4,7 +4,7 @@ A context is a thread, an asyncio task, a greenlet or a ``copy_context().run()``
 context starts from the frame that was innermost when it was copied (see
 ``instrument/regions/frames.py``). The C path keeps frames in per-context stack holders
 rather than setting the context variable on every transition; these tests pin the cases
-where a shortcut would differ (issue 17, items 10, 14 and 15).
+where a shortcut would differ.
 """
 
 from __future__ import annotations

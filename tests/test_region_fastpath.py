@@ -1,11 +1,11 @@
-"""The shortcuts of the C ``with`` path change nothing a caller can see (issue 21).
+"""The shortcuts of the C ``with`` path change nothing a caller can see.
 
 With the C accelerator a region's ``__enter__``/``__exit__`` are bound once per region,
 the child node and ``timed(name)`` are remembered while the dicts they come from are
 unchanged, and closed frames nobody references are refilled by the next enter. Each test
 runs on the C and the pure-Python path (``INSTRUMENT_NO_EXTENSIONS=1``) and pins a case
 where a shortcut would differ: a frame or start time held by Python code, a children dict
-or ``_by_name`` changed behind the cache, a renamed region, threads.
+or ``by_name`` changed behind the cache, a renamed region, threads.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def test_from_dict_rejects_non_reports() -> None:
     with pytest.raises(ValueError, match="unsupported report version 99"):
         instrument.Report.from_dict({"nodes": [], "version": 99})
     with pytest.raises(ValueError, match="unknown normalizer 'nan'; expected a number or 'steps'"):
-        instrument.Report.from_dict({"nodes": [], "normalizer": "nan"})  # found by the CLI fuzz
+        instrument.Report.from_dict({"nodes": [], "normalizer": "nan"})  # a CLI fuzz case
     assert instrument.Report.from_dict({"nodes": [], "normalizer": 2}).normalizer == 2.0
 
 

@@ -1,4 +1,4 @@
-"""The C accelerator runs in the main interpreter only (issue 17 item 4).
+"""The C accelerator runs in the main interpreter only.
 
 Its state is process-wide (the bound frame variable, the region classes, the thread-local
 stack), so a sub-interpreter that loaded and bound it took the main interpreter's regions

@@ -193,3 +193,45 @@ def test_a_node_among_its_own_children_raises_instead_of_walking_forever(take_tr
     assert nodes["a"].has_records()  # nothing taken
     del nodes["a/b/c"].children["loop"]
     assert _columns(take_tree(root, 8, None, None))["paths"][0] == "a"
+
+
+@pytest.mark.parametrize("take_tree", WALKS)
+def test_a_source_gives_the_figures_of_its_nodes_and_leaves_the_tree_alone(
+    take_tree: Any,
+) -> None:
+    root, nodes = _tree()
+    _, others = _tree()
+    source = {nodes[path]: others[path] for path in ("a", "a/d", "g")}
+    got = _columns(take_tree(root, 8, None, None, source))
+    assert got["paths"] == ["a", "a/d", "g"]
+    assert not others["a"].has_records()  # taken from the source
+    fresh = _columns(take_tree(_tree()[0], 8, None, None))
+    rows = [fresh["paths"].index(path) for path in got["paths"]]
+    assert got["counts"] == [fresh["counts"][row] for row in rows]
+    assert got["totals"] == [fresh["totals"][row] for row in rows]
+    assert got["figures"] == [x for row in rows for x in fresh["figures"][7 * row : 7 * row + 7]]
+    assert nodes["a/b/c"].has_records()  # not in the source: its own records stay
+    assert nodes["a"].has_records()
+
+
+@pytest.mark.parametrize(
+    "node_type", [registry._PyNodeBase, *([] if speedups is None else [speedups.NodeBase])]
+)
+def test_drain_into_adds_whole_records_to_every_reader_and_resets(node_type: Any) -> None:
+    values = [0, 7, 1023, 1024, 2**40, 2**62, 2**62]
+    node, readers = node_type(), [node_type(), node_type()]
+    readers[1].add(5)
+    for value in values:
+        node.add(value)
+    assert node.drain_into(readers) == (len(values), sum(values))
+    assert not node.has_records()
+    assert node.drain_into(readers) is None
+    alone, with_five = Accumulator(), Accumulator()
+    alone.add_batch(values)
+    with_five.add_batch([5, *values])
+    assert readers[0].take() == alone.summary()
+    assert readers[1].take() == with_five.summary()
+    with pytest.raises(TypeError, match="another path node"):
+        node.drain_into([node])
+    with pytest.raises(TypeError, match="list or tuple"):
+        node.drain_into({node_type()})

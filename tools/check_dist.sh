@@ -12,6 +12,9 @@ echo "== building in $work"
 "$python" -m twine check --strict "$work"/dist/*
 wheel=$(ls "$work"/dist/*.whl)
 sdist=$(ls "$work"/dist/*.tar.gz)
+tar -tzf "$sdist" | grep -qE '^[^/]+/LICENSE$' || { echo "LICENSE is not in the sdist"; exit 1; }
+"$python" -c "import sys, zipfile; names = zipfile.ZipFile(sys.argv[1]).namelist()
+assert any(n.endswith('.dist-info/licenses/LICENSE') for n in names), 'LICENSE is not in the wheel'" "$wheel"
 
 fresh_venv() {  # fresh_venv DIR: a venv with the pinned CPU torch
     "$python" -m venv "$1"

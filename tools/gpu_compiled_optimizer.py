@@ -1,6 +1,6 @@
 """The compiled-optimizer recipe on a GPU, interval by interval: what the xfail in
 ``tests/test_cuda_stacks.py`` saw (torch 2.11, H100: ``optimizer``'s device time 0 in two of
-three intervals, ~57 ms of host time a step), printed so a session with a GPU can see it.
+three intervals, ~57 ms of host time a step), printed so it can be seen on a machine with a GPU.
 
     python tools/gpu_compiled_optimizer.py
 

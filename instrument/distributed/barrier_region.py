@@ -21,7 +21,7 @@ class BarrierRegion:
     """``timed(name, barrier=True)``: wait at a barrier (with a timeout, never a hang), then
     time the region. The wait lands in the child ``<name>/barrier``, marked concurrent and
     taken before the region's clock starts, so a fast rank's region is not inflated by
-    waiting for the slow ones (the Megatron-LM #742 complaint). Skipped while disabled."""
+    waiting for the slow ones (the complaint of NVIDIA/Megatron-LM#742). Skipped while disabled."""
 
     __slots__ = ("group", "region", "timeout")
 

@@ -1,5 +1,5 @@
 """Where reports go: the console tree, Python logging, memory, JSON lines, TensorBoard,
-wandb, trace files, or any ``write(report)``."""
+wandb, MLflow, OpenTelemetry, trace files, or any ``write(report)``."""
 
 from instrument.sinks.adapt import CallableSink, as_sink
 from instrument.sinks.base import Sink
@@ -7,6 +7,8 @@ from instrument.sinks.console import Console
 from instrument.sinks.jsonl import JSONL
 from instrument.sinks.logging import Logging
 from instrument.sinks.memory import InMemory
+from instrument.sinks.mlflow import MLflow
+from instrument.sinks.otel import OpenTelemetry
 from instrument.sinks.tensorboard import TensorBoard
 from instrument.sinks.trace import ChromeTrace
 from instrument.sinks.wandb import WandB
@@ -18,6 +20,8 @@ __all__ = [
     "Console",
     "InMemory",
     "Logging",
+    "MLflow",
+    "OpenTelemetry",
     "Sink",
     "TensorBoard",
     "WandB",

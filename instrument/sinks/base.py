@@ -40,6 +40,11 @@ def check_rank_filter(ranks: object) -> RankFilter:
     )
 
 
+def single_rank(ranks: RankFilter) -> bool:
+    """Whether a rank filter lets at most one rank through."""
+    return isinstance(ranks, int) or (not isinstance(ranks, str) and len(ranks) <= 1)
+
+
 class Sink:
     """Base class for sinks. Only :meth:`write` must be overridden.
 

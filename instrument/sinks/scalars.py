@@ -167,6 +167,19 @@ def _across_tag(key: str) -> tuple[str, float]:
     return "/".join(tag_segment(part) for part in key.split(".")), 1.0
 
 
+def diagnosis_levels(report: Report) -> dict[str, float]:
+    """Every finding kind and ``"verdict"`` → 0 absent, 1 info, 2 warning, 3 critical;
+    empty when the report has no findings."""
+    if not report.findings:
+        return {}
+    levels = dict.fromkeys(KINDS, 0.0)
+    for finding in report.findings:
+        level = 1.0 + SEVERITIES.index(finding.severity)
+        levels[finding.kind] = max(levels[finding.kind], level)
+    levels["verdict"] = 1.0 + SEVERITIES.index(report.findings[0].severity)
+    return levels
+
+
 def scalars(report: Report, top: int | None = None) -> dict[str, float]:
     """The numbers of ``report`` worth plotting, under the tags described in this module:
     those of every region (``top=None``), or of the top-level ones and the ``top`` deeper
@@ -222,14 +235,8 @@ def scalars(report: Report, top: int | None = None) -> dict[str, float]:
         _across(out, f"across/{tag}", ranks, factor)
     if report.group_size:
         out["stragglers/count"] = float(max(report.stragglers_count, len(report.stragglers)))
-    if report.findings:
-        levels = dict.fromkeys(KINDS, 0.0)
-        for finding in report.findings:
-            level = 1.0 + SEVERITIES.index(finding.severity)
-            levels[finding.kind] = max(levels[finding.kind], level)
-        for kind, level in levels.items():
-            out[f"diagnosis/{kind}"] = level
-        out["diagnosis/verdict"] = 1.0 + SEVERITIES.index(report.findings[0].severity)
+    for kind, level in diagnosis_levels(report).items():
+        out[f"diagnosis/{kind}"] = level
     for found in report.stragglers:
         out[f"stragglers/rank_{found.rank}/min_score"] = min(found.scores, default=1.0)
         out[f"stragglers/rank_{found.rank}/intervals"] = float(found.intervals)

@@ -9,7 +9,7 @@ from typing import Any
 from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
-from instrument.sinks.base import RankFilter, Sink, only_ranks_option
+from instrument.sinks.base import RankFilter, Sink, only_ranks_option, single_rank
 from instrument.sinks.scalars import TOP, check_top, global_step, scalars
 
 INSTALL_HINT = 'TensorBoard sink needs tensorboard: pip install "torch-instrument[tensorboard]"'
@@ -36,10 +36,6 @@ def _check_flush_secs(flush_secs: object) -> float:
     if not 0 < float(flush_secs) < float("inf"):
         raise ValueError(f"flush_secs must be > 0, got {flush_secs!r}")
     return float(flush_secs)
-
-
-def _single_rank(ranks: RankFilter) -> bool:
-    return isinstance(ranks, int) or (not isinstance(ranks, str) and len(ranks) <= 1)
 
 
 class TensorBoard(Sink):
@@ -127,7 +123,7 @@ class TensorBoard(Sink):
         log_dir = self.log_dir or ""
         if "{rank}" in log_dir:
             return log_dir.replace("{rank}", str(report.rank))
-        if report.world_size > 1 and not _single_rank(self.only_ranks):
+        if report.world_size > 1 and not single_rank(self.only_ranks):
             return os.path.join(log_dir, f"rank{report.rank}")
         return log_dir
 

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -352,17 +351,6 @@ class Instrumentation:
         )
         self._backward = torch.autograd.backward
 
-    def only(self, part: str, rest: Instrumentation) -> Instrumentation:
-        """This row's ``part`` ("modules", "optimizer" or "backward"), the rest ``rest``'s
-        (``tools/auto_step_pieces.py`` times each piece of ``auto`` inside the step)."""
-        attrs = {"modules": "_modules", "optimizer": "_optimizer", "backward": "_backward"}
-        if part not in attrs:
-            raise ValueError(f"unknown part {part!r}; expected one of {', '.join(attrs)}")
-        mixed = copy.copy(rest)
-        attr = attrs[part]
-        setattr(mixed, attr, getattr(self, attr))
-        return mixed
-
     def apply(self) -> None:
         for module, forward, pre, post in self._modules:
             _set_own(module, "forward", forward)
@@ -392,18 +380,18 @@ def _fresh_hook_dicts(model: nn.Module, opt: torch.optim.Optimizer) -> None:
 @pytest.mark.benchmark(group="auto-step")
 def test_auto_step_against_hand_written_hooks(paired: Paired) -> None:
     """What ``auto`` adds to a tiny MLP step (one report to no sink every 50 steps) against
-    what hand-written module and optimizer hooks add, both above the uninstrumented step,
-    in steady state: each round gives each row one turn of 50 steps in a row, the first of
-    them untimed (right after another row's step it pays for that row's evictions: measured
-    by ``tools/auto_step_carryover.py``, ``auto`` after the hand-written hooks' step costs
-    twice what it costs after its own), timed in this thread's CPU time (a round is
-    preempted many times on a busy machine). ``auto``'s report falls in the middle of its
-    timed steps (so that what it evicts is paid by ``auto``'s own next steps), once per
-    turn: 49 timed steps carry a report made every 50. All three rows train ONE
-    model and optimizer — two identical models differ by 2-7 µs a step, as much as the
-    costs compared — with ``auto`` installed once and each row's hooks put in place before
-    each of its steps (:class:`Instrumentation`). One intra-op thread: these ops are far
-    too small to share, and spinning workers on a busy 2-core machine only add noise."""
+    what hand-written module and optimizer hooks add, both above the uninstrumented step, in
+    steady state: each round gives each row one turn of 50 steps in a row, the first of them
+    untimed (right after another row's step it pays for that row's evictions: ``auto`` after
+    the hand-written hooks' step costs about twice what it costs after its own), timed in
+    this thread's CPU time (a round is preempted many times on a busy machine). ``auto``'s
+    report falls in the middle of its timed steps (so that what it evicts is paid by
+    ``auto``'s own next steps), once per turn: 49 timed steps carry a report made every 50.
+    All three rows train ONE model and optimizer — two identical models differ by 2-7 µs a
+    step, as much as the costs compared — with ``auto`` installed once and each row's hooks
+    put in place before each of its steps (:class:`Instrumentation`). One intra-op thread:
+    these ops are far too small to share, and spinning workers on a busy 2-core machine only
+    add noise."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
