@@ -38,6 +38,10 @@
  * directly, the region classes, and the node base type for children created in Python. */
 static PyObject *frame_var = NULL;
 static PyObject *root_frame = NULL;
+/* The frame type (regions/frames.py's Frame: a NamedTuple, so a tuple subclass with the
+ * tuple's layout), taken from the root frame by bind_stack(). C builds frames of this type
+ * and reads their fields by position. */
+static PyTypeObject *frame_type = NULL;
 static PyObject *perf_counter_ns = NULL;
 static PyTypeObject *cpu_region_type = NULL;
 static PyTypeObject *skipped_region_type = NULL;
@@ -877,8 +881,8 @@ done:
 }
 /* -- end of take_tree ------------------------------------------------------------------ */
 
-/* A region frame is (node, t0, parent frame, owner, event): whatever Python code put in the
- * context variable or passed to set_top() is checked before its items are read. */
+/* A region frame is a Frame (node, t0, parent frame, owner, event): whatever Python code put
+ * in the context variable or passed to set_top() is checked before its items are read. */
 static PyTypeObject *node_types_seen[4]; /* NodeBase subclasses seen (strong, kept) */
 
 /* PyObject_TypeCheck(o, &NodeType), remembering a few subclasses (PathNode) so that the
@@ -915,7 +919,7 @@ is_node(PyObject *o)
 HOT static inline int
 is_frame(PyObject *f)
 {
-    return PyTuple_CheckExact(f) && PyTuple_GET_SIZE(f) == 5 && is_node(PyTuple_GET_ITEM(f, 0)) &&
+    return Py_IS_TYPE(f, frame_type) && PyTuple_GET_SIZE(f) == 5 && is_node(PyTuple_GET_ITEM(f, 0)) &&
            ((NodeObject *)PyTuple_GET_ITEM(f, 0))->children != NULL;
 }
 
@@ -1585,7 +1589,8 @@ frame_with_new_start(PyObject *spare, int64_t t0)
         Py_DECREF(old);
         return spare;
     }
-    PyObject *frame = PyTuple_New(5);
+    /* a Frame with its items NULL (what PyTuple_New gives a tuple), tracked by the gc */
+    PyObject *frame = frame_type->tp_alloc(frame_type, 5);
     if (frame == NULL) {
         Py_DECREF(t);
         return NULL;
@@ -1634,8 +1639,7 @@ frame_release(PyObject *frame)
 {
 #if SPARE_FRAMES
     if (Py_REFCNT(frame) == 1 && n_spare < SPARE_FRAMES && spare_marker != NULL &&
-        PyTuple_CheckExact(frame) &&
-        PyTuple_GET_SIZE(frame) == 5 && PyTuple_GET_ITEM(frame, 4) == Py_None) {
+        Py_IS_TYPE(frame, frame_type) && PyTuple_GET_SIZE(frame) == 5 && PyTuple_GET_ITEM(frame, 4) == Py_None) {
         PyObject *t = PyTuple_GET_ITEM(frame, 1);
         if (t != NULL && PyLong_CheckExact(t) && Py_REFCNT(t) == 1) {
             PyObject *node = PyTuple_GET_ITEM(frame, 0), *parent = PyTuple_GET_ITEM(frame, 2);
@@ -3484,6 +3488,18 @@ bind_stack(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO!:bind_stack", &var, &PyTuple_Type, &root)) {
         return NULL;
     }
+    PyTypeObject *type = Py_TYPE(root);
+    /* a tuple subclass without instance fields (a NamedTuple's __slots__ = ()): C fills and
+     * reuses its instances like tuples */
+    if (type->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        type->tp_itemsize != PyTuple_Type.tp_itemsize || type->tp_dictoffset != 0 ||
+        type->tp_weaklistoffset != 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "bind_stack() needs the root frame of a tuple type without instance "
+                     "fields (a NamedTuple), got %R",
+                     root);
+        return NULL;
+    }
     if (refuse_subinterpreter() < 0) {
         return NULL;
     }
@@ -3491,7 +3507,11 @@ bind_stack(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "bind_stack() needs the frame ContextVar");
         return NULL;
     }
-    if (!is_frame(root)) {
+    PyTypeObject *bound_type = frame_type; /* is_frame() reads frame_type */
+    frame_type = type;
+    int ok = is_frame(root);
+    frame_type = bound_type;
+    if (!ok) {
         PyErr_Format(PyExc_TypeError,
                      "bind_stack() needs a region frame (node, t0, parent, owner, event), got %R",
                      root);
@@ -3513,6 +3533,8 @@ bind_stack(PyObject *module, PyObject *args)
     Py_XSETREF(frame_var, var);
     Py_INCREF(root);
     Py_XSETREF(root_frame, root);
+    Py_INCREF(type);
+    Py_XSETREF(frame_type, type);
     Py_RETURN_NONE;
 }
 

@@ -43,3 +43,13 @@ def _first_outside() -> int:
 def reset() -> None:
     """Forget every key, so each warns again (``instrument.testing.reset()``)."""
     _warned.clear()
+
+
+def deprecated(what: str, replacement: str) -> None:
+    """Warn (a ``DeprecationWarning`` naming the user's line) that ``what`` is deprecated in
+    favour of ``replacement``; docs/api.md lists each under "Deprecated"."""
+    warnings.warn(
+        f"{what} is deprecated; use {replacement}",
+        DeprecationWarning,
+        stacklevel=_first_outside(),
+    )

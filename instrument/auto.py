@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
@@ -11,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from instrument import _state, clocks, config, registry, throughput
+from instrument import _state, config, registry, throughput
 from instrument._warn import warn_once
 from instrument.diagnosis import Thresholds
 from instrument.hooks import backward as backward_hooks
@@ -22,8 +23,9 @@ from instrument.hooks import deepspeed as deepspeed_hooks
 from instrument.hooks import modules as module_hooks
 from instrument.hooks import optim as optim_hooks
 from instrument.hooks import training as training_hooks
-from instrument.regions.region import check_level
+from instrument.options import DEFAULTS, AutoOptions
 from instrument.reporter import Reporter
+from instrument.throughput import BatchCounter
 
 _installed: weakref.WeakKeyDictionary[nn.Module, AutoHandle] = weakref.WeakKeyDictionary()
 
@@ -207,23 +209,23 @@ def auto(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
     *,
-    every: int | None = 50,
-    depth: int | None = None,
-    include: str | type | Iterable[str | type] | None = None,
-    exclude: str | type | Iterable[str | type] | None = None,
-    backward: bool | str = True,
-    collectives: bool = True,
+    every: int | None = DEFAULTS.every,
+    depth: int | None = DEFAULTS.depth,
+    include: str | type | Iterable[str | type] | None = DEFAULTS.include,
+    exclude: str | type | Iterable[str | type] | None = DEFAULTS.exclude,
+    backward: bool | str = DEFAULTS.backward,
+    collectives: bool = DEFAULTS.collectives,
     dataloader: Iterable[Any] | None = None,
     lr_scheduler: object = None,
-    count_batch: Callable[[Any], tuple[int | None, int | None]] | None = None,
-    clock: object = "auto",
-    sinks: Iterable[Any] | None = None,
-    reporter: Reporter | None = None,
-    normalizer: float | str = "steps",
-    flops_per_step: float | str | None = None,
-    peak_flops: float | None = None,
-    ranks: str = "local",
-    diagnose: bool | Thresholds = True,
+    count_batch: BatchCounter | str | None = None,
+    clock: object = DEFAULTS.clock,
+    sinks: Iterable[Any] | None = DEFAULTS.sinks,
+    reporter: Reporter | None = DEFAULTS.reporter,
+    normalizer: float | str = DEFAULTS.normalizer,
+    flops_per_step: float | str | None = DEFAULTS.flops_per_step,
+    peak_flops: float | None = DEFAULTS.peak_flops,
+    ranks: str = DEFAULTS.ranks,
+    diagnose: bool | Thresholds = DEFAULTS.diagnose,
 ) -> AutoHandle:
     """Time every module, backward, the optimizer step, data loading and collectives.
 
@@ -254,8 +256,10 @@ def auto(
         dataloader: A loader (or iterable object) to time ``next()`` on, in place
             (Accelerate's ``DataLoaderShard`` / ``DataLoaderDispatcher`` too).
         lr_scheduler: A scheduler whose ``step()`` is timed as ``lr_scheduler``.
-        count_batch: Called with each batch ``dataloader`` yields; returns ``(samples,
-            tokens)`` (either may be None), added to the current step for throughput.
+        count_batch: Counts the samples and tokens of each batch ``dataloader`` yields into
+            the current step, for throughput: a function returning ``(samples, tokens)``
+            (either may be None), or "auto" (:func:`instrument.throughput.batch_counts`:
+            the batch's first dimension, and ``input_ids``' elements).
         clock: "auto" follows ``instrument.configure(clock=...)``; "cpu", "cuda", "sync".
         sinks: Sinks for the reporter ``auto`` makes (default: the console).
         reporter: Use this reporter instead of making one (then ``every``, ``sinks`` and
@@ -266,12 +270,16 @@ def auto(
             runs slower; it is a warm-up step by default). A passed ``reporter`` whose
             ``flops_per_step`` is "auto" is measured the same way.
         peak_flops: The device's peak FLOP/s for MFU (default: looked up for CUDA devices).
-        ranks: The made reporter's ``ranks``: "max", "minmax" or "all" add each region's
-            min, max and slowest rank across the process group (every rank reports at the
-            same steps, so the collective flush lines up).
+        ranks: The made reporter's ``ranks``: "minmax" or "all" add each region's min, max
+            and slowest rank across the process group (every rank reports at the same
+            steps, so the collective flush lines up).
         diagnose: The made reporter's ``diagnose``: a verdict and findings in every report
             and a summary at the end (docs/diagnosis.md); a ``Thresholds`` sets the rules'
             thresholds, ``False`` turns it off.
+
+    The options from ``every`` on except ``dataloader``, ``lr_scheduler`` and
+    ``count_batch`` are :class:`instrument.options.AutoOptions`, which the integrations take
+    too.
 
     Raises:
         RuntimeError: ``auto`` is already installed on this model, on a model it is part
@@ -284,6 +292,102 @@ def auto(
         ...     loss = model(batch).sum(); loss.backward(); optimizer.step(); optimizer.zero_grad()
         >>> handle.remove()
     """
+    check_model(model)
+    options = AutoOptions(
+        every=every,
+        depth=depth,
+        include=include,
+        exclude=exclude,
+        backward=backward,
+        collectives=collectives,
+        clock=clock,
+        sinks=sinks,
+        reporter=reporter,
+        normalizer=normalizer,
+        flops_per_step=flops_per_step,
+        peak_flops=peak_flops,
+        ranks=ranks,
+        diagnose=diagnose,
+    )
+    loop = Loop(dataloader, lr_scheduler, count_batch)
+    return auto_with(model, optimizer, options, loop)
+
+
+def check_count_batch(counter: object) -> BatchCounter | str | None:
+    """``count_batch`` checked: ``"auto"``, None, or a function of the batch."""
+    if counter is not None and counter != "auto" and not callable(counter):
+        raise TypeError(
+            "count_batch must be 'auto', None, or a function of the batch returning "
+            f"(samples, tokens), got {counter!r}"
+        )
+    return counter
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """What of the training loop ``auto`` times besides the model and optimizers: the
+    ``dataloader`` (its batches counted by ``count_batch``) and the ``lr_scheduler``."""
+
+    dataloader: Iterable[Any] | None = None
+    lr_scheduler: object = None
+    count_batch: BatchCounter | str | None = None
+
+    def __post_init__(self) -> None:
+        counter = check_count_batch(self.count_batch)
+        if self.dataloader is None and callable(counter):
+            raise ValueError("count_batch= counts the batches of dataloader=; pass the loader too")
+
+    def counter(self) -> BatchCounter | None:
+        """The batch counter (``"auto"`` resolved), or None."""
+        if self.count_batch == "auto":
+            return throughput.batch_counts
+        return self.count_batch if callable(self.count_batch) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """What ``auto`` times, resolved: the model, the optimizers (each as given and the real
+    one behind a wrapper), and whether the model is a DeepSpeed engine."""
+
+    model: nn.Module
+    given: list[tuple[object, torch.optim.Optimizer]]
+    engine: bool
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The real optimizers, in order (each step of the last one ends an iteration)."""
+        return [inner for _, inner in self.given]
+
+
+def auto_with(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
+    options: AutoOptions,
+    loop: Loop | None = None,
+) -> AutoHandle:
+    """:func:`auto` with its options as one :class:`AutoOptions` (what the integrations
+    call): resolve what to time, choose the hooks, install them, hand back the handle."""
+    check_model(model)
+    training = resolve(model, optimizer)
+    _check_not_instrumented(model)
+    targets = module_hooks.plan(
+        model, depth=options.depth, include=options.include, exclude=options.exclude
+    )
+    owns = options.reporter is None
+    reporter = options.make_reporter() if options.reporter is None else options.reporter
+    config.refresh_auto_clock()
+    handle = AutoHandle(model, reporter, owns)
+    try:
+        install(handle, training, targets, options, loop or Loop())
+    except BaseException:
+        handle.remove()
+        raise
+    _installed[model] = handle
+    return handle
+
+
+def check_model(model: object) -> None:
+    """``TypeError`` unless ``model`` is an eager ``nn.Module`` (hooks run on it)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"auto() needs an nn.Module, got {type(model).__name__}")
     if isinstance(model, torch.jit.ScriptModule):
@@ -292,66 +396,18 @@ def auto(
             "runs no Python hooks. Call auto() on the eager module before torch.jit.script, "
             "or time the scripted call with `with instrument.timed('forward'):`"
         )
-    engine = deepspeed_hooks.is_engine(model)
-    if optimizer is None and engine:  # a DeepSpeed engine steps the optimizer it holds
-        optimizer = deepspeed_hooks.engine_optimizer(model)
-    given = optim_hooks.given_optimizers(optimizer)
-    optimizers = [inner for _, inner in given]
-    if depth is not None:
-        check_level(depth)
-    if not (backward is True or backward is False or backward == "modules"):
-        raise ValueError(f"unknown backward {backward!r}; expected one of True, False, 'modules'")
-    clocks.check_clock(clock)
-    region_clock = None if clock == "auto" else clock
-    changed = (
-        sinks is not None
-        or every != 50
-        or normalizer != "steps"
-        or flops_per_step is not None
-        or peak_flops is not None
-        or ranks != "local"
-        or diagnose is not True
-    )
-    if reporter is not None and changed:
-        raise ValueError(
-            "pass either reporter= or every=/sinks=/normalizer=/flops_per_step=/peak_flops=/"
-            "ranks=/diagnose= (they configure the reporter auto() makes), not both"
-        )
-    _check_not_instrumented(model)
 
-    owns = reporter is None
-    if reporter is None:
-        reporter = Reporter(
-            every=every,
-            sinks=sinks,
-            normalizer=normalizer,
-            flops_per_step=flops_per_step,
-            peak_flops=peak_flops,
-            ranks=ranks,
-            diagnose=diagnose,
-        )
-    config.refresh_auto_clock()
-    handle = AutoHandle(model, reporter, owns)
-    try:
-        _install(
-            handle,
-            model,
-            optimizers,
-            given=given,
-            targets=module_hooks.plan(model, depth=depth, include=include, exclude=exclude),
-            backward=backward,
-            collectives=collectives,
-            dataloader=dataloader,
-            lr_scheduler=lr_scheduler,
-            count_batch=count_batch,
-            clock=region_clock,
-            engine=engine,
-        )
-    except BaseException:
-        handle.remove()
-        raise
-    _installed[model] = handle
-    return handle
+
+def resolve(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
+) -> Training:
+    """The model and optimizers to time: a DeepSpeed engine steps the optimizer it holds
+    (``optimizer=None``), and optimizer wrappers are seen through."""
+    engine = deepspeed_hooks.is_engine(model)
+    if optimizer is None and engine:
+        optimizer = deepspeed_hooks.engine_optimizer(model)
+    return Training(model, optim_hooks.given_optimizers(optimizer), engine)
 
 
 def _check_not_instrumented(model: nn.Module) -> None:
@@ -364,7 +420,7 @@ def _check_not_instrumented(model: nn.Module) -> None:
                 "call remove() on the first handle (or leave its with-block) first"
             )
     for name, module in model.named_modules():
-        found = module_hooks._timed.get(module)
+        found = module_hooks.timing_region(module)
         if found is None:
             continue
         where = (
@@ -375,44 +431,47 @@ def _check_not_instrumented(model: nn.Module) -> None:
         raise RuntimeError(
             f"instrument.auto cannot time this {type(model).__name__}: {where} another "
             "instrument.auto handle (its region is "
-            f"{found[0].name!r}); remove() that handle first, or keep the one on the whole "
+            f"{found.name!r}); remove() that handle first, or keep the one on the whole "
             "model (its tree already shows every submodule)"
         )
 
 
-def _hand_over(hooks: optim_hooks.OptimizerHooks) -> Callable[[Callable[[], object]], None]:
-    """What :class:`ForwardCheck` calls once it is done: its tick takes its place."""
-
-    def done(tick: Callable[[], object]) -> None:
-        hooks.on_step = tick
-
-    return done
-
-
-def _count(reporter: Reporter, count_batch: Callable[[Any], Any]) -> Callable[[Any], None]:
-    def on_batch(batch: Any) -> None:
-        samples, tokens = count_batch(batch)
-        reporter.count(samples=samples, tokens=tokens)
-
-    return on_batch
-
-
-def _install(
+def install(
     handle: AutoHandle,
-    model: nn.Module,
-    optimizers: list[torch.optim.Optimizer],
-    *,
-    given: list[tuple[object, torch.optim.Optimizer]],
+    training: Training,
+    targets: list[module_hooks.Target],
+    options: AutoOptions,
+    loop: Loop,
+) -> None:
+    """Install every hook ``options`` ask for; each one's undo goes on ``handle``."""
+    clock = options.region_clock
+    _hook_model(handle, training, targets, options.backward, clock)
+    if training.optimizers:
+        _hook_optimizers(handle, training, targets, clock)
+    _hook_loop(handle, loop, clock)
+    if options.collectives:
+        _hook_collectives(handle, training.model)
+    handle._undo.append(
+        hook_cost.count(
+            targets,
+            options.backward,
+            training.optimizers,
+            loop.lr_scheduler,
+            loop.dataloader,
+            options.collectives,
+        )
+    )
+
+
+def _hook_model(
+    handle: AutoHandle,
+    training: Training,
     targets: list[module_hooks.Target],
     backward: bool | str,
-    collectives: bool,
-    dataloader: Iterable[Any] | None,
-    lr_scheduler: object,
-    count_batch: Callable[[Any], Any] | None,
     clock: object,
-    engine: bool,
 ) -> None:
-    undo = handle._undo
+    """The modules' forwards (and backwards), ``zero_grad``, ``backward`` and recompute."""
+    undo, model = handle._undo, training.model
     modules = module_hooks.ModuleHooks(
         targets,
         clock=clock,
@@ -425,37 +484,72 @@ def _install(
     if backward:
         undo.append(backward_hooks.install(clock))
         undo.append(checkpoint_hooks.install(backward_hooks.anchor))
-        if engine and callable(getattr(model, "backward", None)):
+        if training.engine and callable(getattr(model, "backward", None)):
             undo.append(backward_hooks.time_method(model, "backward", clock))
-    if optimizers:
-        undo.append(training_hooks.time_clipping(clock))
-        tick: Callable[[], object] = handle.reporter.end_step
-        if handle.reporter.flops_per_step == "auto":
-            meter = FlopMeter(handle.reporter)
-            undo.append(meter.cancel)
-            tick = meter.step
-        hooks = optim_hooks.OptimizerHooks(optimizers, tick, clock=clock, wrappers=given)
-        check = ForwardCheck(tick, [t.name for t in targets], done=_hand_over(hooks), model=model)
-        hooks.on_step = check.step
-        handle._optimizer_hooks = hooks
-        handle.reporter.ticked_by_optimizer = True
-        undo.append(hooks.remove)
-        if engine and callable(getattr(model, "step", None)):
-            undo.append(deepspeed_hooks.time_step(model, hooks, optimizers[-1]))
-    if lr_scheduler is not None:
-        undo.append(training_hooks.time_scheduler(lr_scheduler, clock))
-    if dataloader is not None:
-        on_batch = None if count_batch is None else _count(handle.reporter, count_batch)
-        undo.append(data_hooks.time_in_place(dataloader, clock=clock, on_batch=on_batch))
-    elif count_batch is not None:
-        raise ValueError("count_batch= counts the batches of dataloader=; pass the loader too")
-    if collectives:
-        from instrument.hooks import collectives as collective_hooks
 
-        undo.append(collective_hooks.install())
-        collective_hooks.anchor = backward_hooks.anchor
-        if not collective_hooks.hook_ddp(model):  # a DDP made around the model, maybe
-            undo.append(collective_hooks.hook_enclosing_ddp(model))
-    undo.append(
-        hook_cost.count(targets, backward, optimizers, lr_scheduler, dataloader, collectives)
+
+def _hook_optimizers(
+    handle: AutoHandle,
+    training: Training,
+    targets: list[module_hooks.Target],
+    clock: object,
+) -> None:
+    """``optimizer`` and ``clip_grad_norm``; the last optimizer's step ends each step (and
+    counts the FLOPs of one with ``flops_per_step="auto"``)."""
+    undo, reporter, optimizers = handle._undo, handle.reporter, training.optimizers
+    undo.append(training_hooks.time_clipping(clock))
+    tick: Callable[[], object] = reporter.end_step
+    if reporter.flops_per_step == "auto":
+        meter = FlopMeter(reporter)
+        undo.append(meter.cancel)
+        tick = meter.step
+    hooks = optim_hooks.OptimizerHooks(optimizers, tick, clock=clock, wrappers=training.given)
+    check = ForwardCheck(
+        tick, [t.name for t in targets], done=_hand_over(hooks), model=training.model
     )
+    hooks.on_step = check.step
+    handle._optimizer_hooks = hooks
+    reporter.ticked_by_optimizer = True
+    undo.append(hooks.remove)
+    model = training.model
+    if training.engine and callable(getattr(model, "step", None)):
+        undo.append(deepspeed_hooks.time_step(model, hooks, optimizers[-1]))
+
+
+def _hook_loop(handle: AutoHandle, loop: Loop, clock: object) -> None:
+    """``lr_scheduler`` and ``data`` (counting each batch's samples and tokens)."""
+    if loop.lr_scheduler is not None:
+        handle._undo.append(training_hooks.time_scheduler(loop.lr_scheduler, clock))
+    if loop.dataloader is not None:
+        counter = loop.counter()
+        on_batch = None if counter is None else _count(handle.reporter, counter)
+        handle._undo.append(
+            data_hooks.time_in_place(loop.dataloader, clock=clock, on_batch=on_batch)
+        )
+
+
+def _hook_collectives(handle: AutoHandle, model: nn.Module) -> None:
+    """``torch.distributed`` collectives and DDP's gradient all-reduce."""
+    from instrument.hooks import collectives as collective_hooks
+
+    handle._undo.append(collective_hooks.install())
+    collective_hooks.anchor = backward_hooks.anchor
+    if not collective_hooks.hook_ddp(model):  # a DDP made around the model, maybe
+        handle._undo.append(collective_hooks.hook_enclosing_ddp(model))
+
+
+def _hand_over(hooks: optim_hooks.OptimizerHooks) -> Callable[[Callable[[], object]], None]:
+    """What :class:`ForwardCheck` calls once it is done: its tick takes its place."""
+
+    def done(tick: Callable[[], object]) -> None:
+        hooks.on_step = tick
+
+    return done
+
+
+def _count(reporter: Reporter, count_batch: BatchCounter) -> Callable[[Any], None]:
+    def on_batch(batch: Any) -> None:
+        samples, tokens = count_batch(batch)
+        reporter.count_into_step(samples, tokens)
+
+    return on_batch

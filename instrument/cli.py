@@ -135,7 +135,7 @@ def show(args: argparse.Namespace) -> int:
             raise CliError(f"{run.name}: no report at step {args.step}; steps present: {steps}")
     if not args.all:
         reports = reports[-1:]
-    console = Console(unicode=False if args.ascii else None, ranks="all", fold=not args.full)
+    console = Console(unicode=False if args.ascii else None, only_ranks="all", fold=not args.full)
     for i, report in enumerate(reports):
         if i:
             sys.stdout.write("\n")

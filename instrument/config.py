@@ -108,11 +108,11 @@ def _after_fork_in_child() -> None:
     """A child forked after its parent initialised CUDA cannot record CUDA events: every
     region there (explicit "cuda" and "sync" ones too) switches to the host clock."""
     if clocks.in_bad_fork():
-        region._lock = threading.Lock()  # the parent may have held it while forking
-        observe.on_switch(region.apply_all, region._lock)
+        region.lock = threading.Lock()  # the parent may have held it while forking
+        observe.on_switch(region.apply_all, region.lock)
         _state.mode = "cpu"
         region.apply_all()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-observe.on_switch(region.apply_all, region._lock)
+observe.on_switch(region.apply_all, region.lock)

@@ -46,7 +46,7 @@ profiling = False
 
 # (path node, start ns) of an open observed region -> (pushed an NVTX range, profiler range,
 # the trace's device start event and its (device, stream) or None)
-_open: dict[tuple[Any, int], tuple[bool, Any, Any]] = {}
+open_ranges: dict[tuple[Any, int], tuple[bool, Any, Any]] = {}
 _get_native_id = threading.get_native_id
 
 
@@ -103,7 +103,7 @@ def on_switch(reapply: Callable[[], None], lock: Any = None) -> None:
 # -- the hot path of observed regions (only while something watches) ----------------------
 
 
-def entered(region: Any, frame: tuple[Any, ...]) -> None:
+def entered(region: Any, frame: Any) -> None:
     """A region opened: push its NVTX range and its profiler range; a region on the "cuda"
     clock (its frame holds a start event) records a device event for the trace."""
     pushed = (nvtx_all or region in nvtx_regions) and nvtx_available()
@@ -114,19 +114,19 @@ def entered(region: Any, frame: tuple[Any, ...]) -> None:
         ranged = _record_function(region.name)
         ranged.__enter__()
     device = None
-    if trace is not None and frame[4] is not None:
+    if trace is not None and frame.event is not None:
         device = (device_event(), current_stream())
     if pushed or ranged is not None or device is not None:
-        _open[(frame[0], frame[1])] = (pushed, ranged, device)
+        open_ranges[(frame.node, frame.t0)] = (pushed, ranged, device)
 
 
-def exited(frame: tuple[Any, ...], t1: int) -> None:
+def exited(frame: Any, t1: int) -> None:
     """A region closed at ``t1``: close its ranges, append its trace event (with a device
     end event when it recorded a device start)."""
     global trace_recorded
     device = None
-    if _open:
-        opened = _open.pop((frame[0], frame[1]), None)
+    if open_ranges:
+        opened = open_ranges.pop((frame.node, frame.t0), None)
         if opened is not None:
             pushed, ranged, started = opened
             if ranged is not None:
@@ -137,7 +137,7 @@ def exited(frame: tuple[Any, ...], t1: int) -> None:
                 device = (started[0], device_event(), started[1])
     ring = trace
     if ring is not None:
-        ring.append((frame[0], frame[1], t1, _get_native_id(), device))
+        ring.append((frame.node, frame.t0, t1, _get_native_id(), device))
         trace_recorded += 1
 
 
@@ -235,7 +235,7 @@ def _set_profiling(enabled: bool) -> None:
     if enabled != profiling:
         profiling = enabled
         if not enabled:
-            _open.clear()  # ranges of regions still open belong to the stopped session
+            open_ranges.clear()  # ranges of regions still open belong to the stopped session
         _reapply()
 
 
@@ -267,7 +267,7 @@ def reset() -> None:
     _tracers.clear()
     trace, nvtx_all = None, False
     nvtx_regions.clear()
-    _open.clear()
+    open_ranges.clear()
 
 
 _wrap_profiler_callbacks()

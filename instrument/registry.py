@@ -546,11 +546,11 @@ def open_calls(top: Any) -> list[OpenCall]:
     only sets a parent path) and calls already closed elsewhere are left out."""
     out: list[OpenCall] = []
     frame = top
-    while frame is not None and frame[2] is not None:  # the root frame has no parent
-        now = getattr(frame[3], "_now", None)
-        if now is not None and (frame[0], frame[1]) not in _closed_elsewhere:
-            out.append((frame[0], frame[1], now()))
-        frame = frame[2]
+    while frame is not None and frame.parent is not None:  # the root frame has no parent
+        now = getattr(frame.owner, "_now", None)
+        if now is not None and (frame.node, frame.t0) not in _closed_elsewhere:
+            out.append((frame.node, frame.t0, now()))
+        frame = frame.parent
     return out
 
 

@@ -198,7 +198,7 @@ class Node:
     their host intervals — scaled by their primary / host totals where the primary time is
     the device's, normalized like ``total`` and at most ``total``; 0.0 without concurrent
     children. ``ranks`` holds
-    the path's total across ranks (``Reporter(ranks="max" | "minmax" | "all")`` in a process
+    the path's total across ranks (``Reporter(ranks="minmax" | "all")`` in a process
     group); the statistics above stay this rank's (empty where this rank never ran it).
 
     ``open`` marks a region still running at the flush (an ``epoch`` around the loop): its

@@ -33,7 +33,7 @@ from instrument import (
 )
 from instrument import peak_flops as peaks
 from instrument._frozen import unchecked
-from instrument._warn import warn_once
+from instrument._warn import deprecated, warn_once
 from instrument.diagnosis import Diagnosis, RunSummary, Thresholds
 from instrument.distributed import agree
 from instrument.distributed.across import CrossRank
@@ -47,8 +47,7 @@ from instrument.report import FLUSH_ROW, Report, SelfCost
 from instrument.sinks.adapt import as_sink, as_sinks
 from instrument.sinks.base import Sink
 from instrument.sinks.console import Console
-from instrument.stepcounter import StepCounter
-from instrument.stepcounter import _check_every as _check_every
+from instrument.stepcounter import StepCounter, check_every
 from instrument.throughput import Throughput
 
 T = TypeVar("T")
@@ -57,7 +56,8 @@ logger = logging.getLogger("instrument")
 #: The flush's own event in a trace (``ChromeTrace``).
 FLUSH_SPAN = observe.TraceLabel(FLUSH_ROW, FLUSH_ROW)
 
-RANKS = ("local", "max", "minmax", "all")
+#: The modes of ``Reporter(ranks=...)``; "max" is a deprecated spelling of "minmax".
+RANKS = ("local", "minmax", "all")
 INF = float("inf")
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -76,10 +76,10 @@ def count(samples: int | None = None, tokens: int | None = None) -> None:
     (for loops whose steps are ended elsewhere, e.g. by ``instrument.auto``'s optimizer
     hook). May be called several times per step (gradient accumulation)."""
     for reporter in live_reporters():
-        reporter.count(samples=samples, tokens=tokens)
+        reporter.count_into_step(samples, tokens)
 
 
-def _check_normalizer(normalizer: object) -> float | str:
+def check_normalizer(normalizer: object) -> float | str:
     if normalizer == "steps":
         return "steps"
     if isinstance(normalizer, bool) or not isinstance(normalizer, numbers.Real):
@@ -97,12 +97,19 @@ def _check_count(name: str, value: object) -> int | None:
     return int(value)
 
 
-def _check_flops(flops: object) -> float | str | None:
+def check_flops(flops: object) -> float | str | None:
     if flops is None or flops == "auto":
         return "auto" if flops == "auto" else None
     if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 < float(flops) < INF:
         raise ValueError(f"flops_per_step must be a number > 0, 'auto' or None, got {flops!r}")
     return float(flops)
+
+
+def check_peak_flops(peak: object) -> None:
+    if peak is not None and (
+        isinstance(peak, bool) or not isinstance(peak, numbers.Real) or not 0 < float(peak) < INF
+    ):
+        raise ValueError(f"peak_flops must be a number > 0 or None, got {peak!r}")
 
 
 def _check_rank_timeout(timeout: object) -> float:
@@ -130,11 +137,13 @@ def _check_intervals(intervals: object) -> int:
     return intervals
 
 
-def _check_ranks(ranks: object) -> str:
+def check_ranks(ranks: object) -> str:
+    """A reporter's ``ranks`` mode: "local", "minmax" or "all" ("max" warns and is "minmax")."""
+    if ranks == "max":
+        deprecated('ranks="max"', 'ranks="minmax" (the same report)')
+        return "minmax"
     if ranks not in RANKS:
-        raise ValueError(
-            f"unknown ranks {ranks!r}; expected one of 'local', 'max', 'minmax', 'all'"
-        )
+        raise ValueError(f"unknown ranks {ranks!r}; expected one of 'local', 'minmax', 'all'")
     return str(ranks)
 
 
@@ -150,8 +159,9 @@ class Reporter:
             per-step totals (``total`` and ``self`` divided by the steps in the interval;
             per-call statistics stay per call). Counts are never divided.
         level: Leave regions above this level (and what is below them) out of reports.
-        ranks: "local" (this process). "max", "minmax", "all" combine ranks once a process
-            group is running (the distributed support); in one process they equal "local".
+        ranks: "local" (this process). "minmax" adds each region's min, max, mean and
+            slowest rank across the process group; "all" also keeps each rank's value. Both
+            combine ranks once a process group is running; in one process they equal "local".
         warmup: Steps at the start of the run left out of throughput (not of the timers);
             default ``min(2, every - 1)``, so the first report still has rates.
         flops_per_step: FLOPs one step runs on this device, for TFLOP/s and MFU; ``"auto"``
@@ -208,7 +218,7 @@ class Reporter:
         straggler_intervals: int = 3,
         diagnose: bool | Thresholds = True,
     ) -> None:
-        every = _check_every(every)
+        every = check_every(every)
         #: Set by ``instrument.auto``: its optimizer hook ends the steps, so
         #: ``instrument.step()`` only adds counts (see :func:`step_from_user`).
         self.ticked_by_optimizer = False
@@ -229,9 +239,8 @@ class Reporter:
             _weakly(self._add_counts),
             _weakly(self._due),
         )
-        self.flops_per_step = _check_flops(flops_per_step)
-        if peak_flops is not None and not isinstance(_check_flops(peak_flops), float):
-            raise ValueError(f"peak_flops must be a number > 0 or None, got {peak_flops!r}")
+        self.flops_per_step = check_flops(flops_per_step)
+        check_peak_flops(peak_flops)
         if peak_dtype not in PEAK_DTYPES:
             raise ValueError(
                 f"unknown peak_dtype {peak_dtype!r}; expected one of 'fp32', 'tf32', 'bf16', "
@@ -240,11 +249,11 @@ class Reporter:
         self.peak_flops = None if peak_flops is None else float(peak_flops)
         self.peak_dtype = peak_dtype
         self._memory = MemorySampler() if checks.check_bool("memory", memory) else None
-        self.normalizer = _check_normalizer(normalizer)
+        self.normalizer = check_normalizer(normalizer)
         if level is not None:
             check_level(level)
         self.level = level
-        self.ranks = _check_ranks(ranks)
+        self.ranks = check_ranks(ranks)
         # the n-th reporter of this process that combines ranks meets the n-th of the others
         self._channel = "" if self.ranks == "local" else lifecycle.cross_rank_channel()
         self._sinks: tuple[Sink, ...] = as_sinks([Console()] if sinks is None else sinks)
@@ -257,7 +266,7 @@ class Reporter:
         self._last_flush_ns = 0  # the previous flush's own time, for the next self-cost
         self._flush_in_steps_ns = 0  # the previous flush with its barrier, if in the steps
         # its own interval of every record, beside any other reporter (its first: from now)
-        self._reader = registry.add_reader(registry.open_calls(frames._get()))
+        self._reader = registry.add_reader(registry.open_calls(frames.get_top()))
         self._start_interval()
         config.refresh_auto_clock()
         lifecycle.track(self)
@@ -315,7 +324,14 @@ class Reporter:
         return self._counter if getattr(step, "__func__", None) is Reporter.step else step
 
     def count(self, samples: int | None = None, tokens: int | None = None) -> None:
-        """Add samples and tokens to the current step without ending it."""
+        """Deprecated: ``instrument.count(samples=, tokens=)`` (every live reporter) does
+        this; ``step(samples=, tokens=)`` counts and ends the step."""
+        deprecated("Reporter.count()", "instrument.count(samples=, tokens=)")
+        self.count_into_step(samples, tokens)
+
+    def count_into_step(self, samples: int | None = None, tokens: int | None = None) -> None:
+        """Add samples and tokens to the current step without ending it (what
+        ``instrument.count`` does for each live reporter)."""
         pending = self._counter.pending
         if pending is None:
             pending = self._counter.pending = [None, None]
@@ -328,7 +344,7 @@ class Reporter:
         flush (and return the report) at every multiple of ``every`` steps of the run
         (``every`` steps apart, unless you flushed in between)."""
         if samples is not None or tokens is not None:
-            self.count(samples, tokens)
+            self.count_into_step(samples, tokens)
         return self._counter()  # type: ignore[no-any-return]
 
     def _due(self) -> Report:
@@ -390,7 +406,7 @@ class Reporter:
         flush_ns, self._flush_in_steps_ns = self._flush_in_steps_ns, 0
         region_ns = selfcost.region_ns()  # calibrated at the first flush: its time counted
         hooked_ns = selfcost.hook_ns()  # likewise, at the first flush after auto()
-        open_now = registry.open_calls(frames._get())
+        open_now = registry.open_calls(frames.get_top())
         collected = registry.collect(open_now, self._reader)
         step_time = self._counter.times.take()
         rates = self._throughput()
@@ -635,4 +651,4 @@ def step_from_user(reporter: Reporter, samples: int | None, tokens: int | None) 
         "instrument.count(samples=..., tokens=...) instead to say just that",
         stacklevel=4,
     )
-    reporter.count(samples=samples, tokens=tokens)
+    reporter.count_into_step(samples, tokens)

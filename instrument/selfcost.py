@@ -119,8 +119,8 @@ def _calibrate() -> float:
     name = "(calibration)"
     scratch.children[name] = PathNode(name, scratch)
     region = CpuRegion(name)  # the plain host-clock region: never traced or observed
-    saved = frames._get()
-    frames._set((scratch, 0, None, None, None))
+    saved = frames.get_top()
+    frames.set_top(frames.Frame(scratch, 0, None, None, None))
     empty, timed = [], []
     try:
         for _ in range(ROUNDS):
@@ -136,5 +136,5 @@ def _calibrate() -> float:
             empty.append(t1 - t0)
             timed.append(t2 - t1)
     finally:
-        frames._set(saved)
+        frames.set_top(saved)
     return max(min(timed) - min(empty), 0) / CALLS

@@ -27,7 +27,7 @@ from instrument.registry import NodeBase
 LARGEST = 2**63 - 1
 
 
-def _check_every(every: object) -> int | None:
+def check_every(every: object) -> int | None:
     if every is None:
         return None
     if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
@@ -73,7 +73,7 @@ class _PyStepCounter:
     ) -> None:
         if not callable(on_counts) or not callable(on_due):
             raise TypeError("StepCounter(every, warmup, on_counts, on_due) needs two callables")
-        self._every = _check_every(every)
+        self._every = check_every(every)
         self._warmup = _check_warmup(warmup)
         self._run_steps = self._steps = self._warm_steps = self._counted_ns = 0
         self._last_tick = _state.now()
@@ -89,7 +89,7 @@ class _PyStepCounter:
 
     @every.setter
     def every(self, every: int | None) -> None:
-        self._every = _check_every(every)
+        self._every = check_every(every)
 
     @property
     def warmup(self) -> int:

@@ -94,5 +94,5 @@ def reset() -> None:
     registry.clear()
     registry.forget_idle_paths()
     registry.max_depth, registry.max_paths = registry.MAX_DEPTH, registry.MAX_PATHS
-    frames._set(frames.ROOT_FRAME)
+    frames.set_top(frames.ROOT_FRAME)
     _warn.reset()

@@ -11,9 +11,11 @@ of the timers.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import torch
 
 from instrument._frozen import made
 
@@ -124,3 +126,39 @@ def count_flops() -> Iterator[list[float]]:
     with mode:
         yield out
     out.append(float(mode.get_total_flops()))
+
+
+#: ``count_batch(batch) -> (samples, tokens)``; either may be ``None`` (not known).
+BatchCounter = Callable[[Any], tuple[int | None, int | None]]
+
+
+def batch_counts(batch: Any) -> tuple[int | None, int | None]:
+    """The samples of a batch (the first dimension of the first tensor found in it, looking
+    into tuples, lists and mappings) and its tokens (``input_ids.numel()`` of a mapping with
+    a 2-d ``input_ids``); ``None`` for what cannot be told. Reading shapes never waits for
+    the device."""
+    tokens = None
+    if isinstance(batch, Mapping):
+        ids = batch.get("input_ids")
+        if isinstance(ids, torch.Tensor) and ids.dim() == 2:
+            tokens = ids.numel()
+    return _first_dim(batch, 4), tokens
+
+
+def _first_dim(batch: Any, depth: int) -> int | None:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if depth == 0:
+        return None
+    items: Iterable[Any]
+    if isinstance(batch, Mapping):
+        items = batch.values()
+    elif isinstance(batch, (tuple, list)):
+        items = batch
+    else:
+        return None
+    for item in items:
+        found = _first_dim(item, depth - 1)
+        if found is not None:
+            return found
+    return None

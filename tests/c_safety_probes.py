@@ -122,7 +122,7 @@ def junk_frame_probes() -> None:
 def c_only_probes() -> None:
     assert speedups is not None
     r = instrument.timed("c-only")
-    blank_frame = (speedups.NodeBase(), 0, None, None, None)
+    blank_frame = frames.Frame(speedups.NodeBase(), 0, None, None, None)
     base = speedups.RegionBase
     probe("set_top(5)", lambda: speedups.set_top(5))
     probe("set_top(None)", lambda: speedups.set_top(None))
@@ -156,17 +156,19 @@ def c_only_probes() -> None:
     probe("take_tree(5, 0, None, None)", lambda: speedups.take_tree(5, 0, None, None))
     probe(
         "take_tree(node, 'x', None, None)",
-        lambda: speedups.take_tree(blank_frame[0], "x", None, None),
+        lambda: speedups.take_tree(blank_frame.node, "x", None, None),
     )
-    probe("take_tree(node, 0, [1], None)", lambda: speedups.take_tree(blank_frame[0], 0, [1], None))
-    probe("take_tree(node, 0, None, 5)", lambda: speedups.take_tree(blank_frame[0], 0, None, 5))
+    probe(
+        "take_tree(node, 0, [1], None)", lambda: speedups.take_tree(blank_frame.node, 0, [1], None)
+    )
+    probe("take_tree(node, 0, None, 5)", lambda: speedups.take_tree(blank_frame.node, 0, None, 5))
     probe(
         "take_tree(node, 0, None, None, 5)",
-        lambda: speedups.take_tree(blank_frame[0], 0, None, None, 5),
+        lambda: speedups.take_tree(blank_frame.node, 0, None, None, 5),
     )
     probe(
         "take_tree(node, 0, None, None, {node: 5})",
-        lambda: speedups.take_tree(blank_frame[0], 0, None, None, {blank_frame[0]: 5}),
+        lambda: speedups.take_tree(blank_frame.node, 0, None, None, {blank_frame.node: 5}),
     )
     probe("NodeBase().drain_into(5)", lambda: speedups.NodeBase().drain_into(5))
     probe("NodeBase().drain_into([5])", lambda: speedups.NodeBase().drain_into([5]))

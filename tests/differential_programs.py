@@ -190,7 +190,7 @@ class _Run:
 
             call()
         else:
-            timer = instrument.timer(name).start()
+            timer = instrument.Timer(name).start()
             try:
                 self.clock.advance(1e-6)
                 self.run(body)
@@ -248,7 +248,7 @@ class _Run:
 
             await call()
         else:
-            timer = instrument.timer(name).start()
+            timer = instrument.Timer(name).start()
             try:
                 self.clock.advance(1e-6)
                 await self.arun(body)

@@ -227,7 +227,7 @@ def uneven_close_worker(rank: int, world_size: int, delay: float) -> dict[str, A
     seconds later); then both run a second reporter in step."""
     clock = FakeClock()
     with use_clock(clock):
-        first = instrument.Reporter(every=4, ranks="max", rank_timeout=30, memory=False)
+        first = instrument.Reporter(every=4, ranks="minmax", rank_timeout=30, memory=False)
         for _ in range(10 if rank == 0 else 8):
             with instrument.timed("work"):
                 clock.advance(0.01)
@@ -240,7 +240,7 @@ def uneven_close_worker(rank: int, world_size: int, delay: float) -> dict[str, A
         dist.barrier()  # rank 0's last flush is over before rank 1 opens another reporter
         reports: list[instrument.Report] = []
         second = instrument.Reporter(
-            every=2, ranks="max", rank_timeout=30, memory=False, sinks=[reports.append]
+            every=2, ranks="minmax", rank_timeout=30, memory=False, sinks=[reports.append]
         )
         for _ in range(2):
             with instrument.timed("work"):
@@ -275,7 +275,7 @@ EXITING_RANK = """
 import time, torch.distributed as dist, instrument
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-reporter = instrument.Reporter(every=2, ranks="max", rank_timeout=60, memory=False, warmup=0)
+reporter = instrument.Reporter(every=2, ranks="minmax", rank_timeout=60, memory=False, warmup=0)
 for _ in range(4 if rank == 0 else 6):
     with instrument.timed("work"):
         time.sleep(0.01)
@@ -381,7 +381,7 @@ def bytes_worker(rank: int, world_size: int) -> tuple[int, int]:
     clock = FakeClock()
     with use_clock(clock):
         reporter = instrument.Reporter(
-            every=None, ranks="max", rank_timeout=30, memory=False, warmup=0
+            every=None, ranks="minmax", rank_timeout=30, memory=False, warmup=0
         )
         for _interval in range(2):
             for i in range(PATHS):

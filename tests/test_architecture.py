@@ -141,6 +141,26 @@ def test_a_layering_break_is_caught_at_any_level(tmp_path: Path) -> None:
     )
 
 
+def test_a_private_name_of_another_module_is_caught(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "core.py": "_hidden = 1\nshown = 2\n\n\ndef _helper():\n    return _hidden\n",
+            "_private.py": "value = 3\n",
+            "a.py": "from pkg.core import _helper, shown\n",
+            "b.py": "from pkg import core\n\n\ndef f():\n    return core._hidden\n",
+            "c.py": "import pkg.core\n\nx = pkg.core._hidden\n",
+            "d.py": "from pkg import _private, core\n\ny = _private.value, core.__name__\n",
+            "e.py": "from pkg import core\n\n\ndef f(core):\n    return core._own\n",
+        },
+    )
+    assert sorted(_problems(root)) == [
+        "private name across modules: pkg/a.py:1: imports pkg.core's private _helper",
+        "private name across modules: pkg/b.py:5: uses pkg.core's private _hidden",
+        "private name across modules: pkg/c.py:3: uses pkg.core's private _hidden",
+    ]
+
+
 def test_a_rule_naming_no_module_is_reported(tmp_path: Path) -> None:
     root = _plant(tmp_path, {}, RULE.replace("pkg.outer\n", "pkg.outer pkg.gone\n"))
     (problem,) = _problems(root)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import instrument
-from instrument.regions.frames import ROOT_FRAME, _get
+from instrument.regions.frames import ROOT_FRAME, get_top
 from instrument.sinks import InMemory
 from instrument.testing import FakeClock
 
@@ -138,7 +138,7 @@ def test_closure_loop_gives_the_plain_loops_tree(clock: FakeClock, keyword: bool
     assert closed["forward"].total == pytest.approx(FORWARD)
     assert closed["backward"].total == pytest.approx(BACKWARD)
     assert closed["zero_grad"].total == pytest.approx(ZERO)
-    assert _get() is ROOT_FRAME
+    assert get_top() is ROOT_FRAME
 
 
 def test_closure_under_an_outer_region_nests_like_the_plain_loop(clock: FakeClock) -> None:
@@ -198,7 +198,7 @@ def test_a_closure_that_raises_propagates_and_leaves_the_stack_clean(clock: Fake
 
         with pytest.raises(ValueError, match="bad batch"):
             opt.step(broken)
-        assert _get() is ROOT_FRAME
+        assert get_top() is ROOT_FRAME
         _with_closure(model, opt, _inputs(2), keyword=False)
         report = handle.reporter.flush()
     # the raising step counts as one optimizer call with no update time; the two real ones
@@ -206,7 +206,7 @@ def test_a_closure_that_raises_propagates_and_leaves_the_stack_clean(clock: Fake
     assert report["optimizer"].total == pytest.approx(2 * UPDATE / report.steps)
     assert report.steps == 2
     assert set(report.paths()) == {"forward", "forward/lin", "backward", "optimizer", "zero_grad"}
-    assert _get() is ROOT_FRAME
+    assert get_top() is ROOT_FRAME
 
 
 def test_closure_under_the_profiler_closes_every_range(clock: FakeClock) -> None:
@@ -218,7 +218,7 @@ def test_closure_under_the_profiler_closes_every_range(clock: FakeClock) -> None
         torch.profiler.profile(),
     ):
         _with_closure(model, opt, _inputs(2), keyword=True)
-    assert not observe._open
+    assert not observe.open_ranges
     assert sink.reports[0]["optimizer"].total == pytest.approx(UPDATE)
 
 

@@ -26,9 +26,9 @@ class Calls:
         self.calls: list[tuple[Any, ...]] = []
 
     def __call__(self, *args: Any, **kwargs: Any) -> str:
-        from instrument.regions.frames import _get
+        from instrument.regions.frames import get_top
 
-        self.calls.append((args, kwargs, _get()[0].path))
+        self.calls.append((args, kwargs, get_top().node.path))
         return self.name
 
 
@@ -88,9 +88,9 @@ def test_errors_propagate_and_leave_the_stack_clean() -> None:
     call = speedups.BackwardCall(failing, region, failing, lambda: None, lambda: -1, {})
     with pytest.raises(ValueError, match="in backward"):
         call()
-    from instrument.regions.frames import _get
+    from instrument.regions.frames import get_top
 
-    assert _get()[0] is registry.ROOT
+    assert get_top().node is registry.ROOT
     broken = speedups.BackwardCall(failing, region, failing, clock_fails, lambda: -1, {})
     with pytest.raises(RuntimeError, match="callback"):
         broken()

@@ -133,7 +133,7 @@ def test_a_malformed_frame_raises_instead_of_crashing() -> None:
     frames = [p for p in c if p.startswith("frame variable")]
     assert len(frames) == 4
     for p in frames:
-        # the pure path reads only frame[0] of a parent, so it accepts a short tuple there
+        # the pure path reads only frame.node of a parent, so it accepts a short tuple there
         assert c[p] == "RuntimeError: instrument: malformed region frame"
         assert _kind(pure[p]) != "ok" or "PathNode" in p, (p, pure[p])
 

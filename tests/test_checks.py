@@ -49,7 +49,7 @@ BAD: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
         "memory must be True or False, got 'no'",
     ),
     "group": (
-        lambda: instrument.Reporter(ranks="max", group=[0, 1]),
+        lambda: instrument.Reporter(ranks="minmax", group=[0, 1]),
         TypeError,
         "group must be a torch.distributed process group (e.g. dist.new_group([0, 1])) or "
         "None for the world, got [0, 1]",

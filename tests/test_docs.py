@@ -507,7 +507,8 @@ def test_regions_and_sinks_expose_only_their_documented_members() -> None:
         public = {n for n in dir(region) if not n.startswith("_")}
         assert public == documented, public - documented
     sink = {n for n in dir(instrument.sinks.Sink) if not n.startswith("_")}
-    assert sink == {"write", "write_summary", "flush", "close", "ranks", "wants"}
+    # (``ranks``: the deprecated alias of ``only_ranks``)
+    assert sink == {"write", "write_summary", "flush", "close", "only_ranks", "ranks", "wants"}
 
 
 def test_testing_md_names_only_tests_that_exist() -> None:

@@ -74,7 +74,7 @@ def subgroup_worker(rank: int, world_size: int) -> dict[str, Any] | None:
         return None  # not in the group: never flushes across ranks
     clock = FakeClock()
     with use_clock(clock):
-        reporter = instrument.Reporter(every=None, ranks="max", group=group, memory=False)
+        reporter = instrument.Reporter(every=None, ranks="minmax", group=group, memory=False)
         return _work(clock, rank, reporter)
 
 
@@ -93,7 +93,7 @@ def test_a_subgroup_names_global_ranks() -> None:
 def suppressed_worker(rank: int, world_size: int) -> list[str]:
     undo = collectives.install()
     try:
-        reporter = instrument.Reporter(every=None, ranks="max", memory=False)
+        reporter = instrument.Reporter(every=None, ranks="minmax", memory=False)
         with instrument.timed("work"):
             pass
         reporter.flush()  # gathers, with collectives patched

@@ -155,8 +155,8 @@ def test_a_sinks_ranks_choose_which_reports_it_gets() -> None:
     got: list[instrument.Report] = []
     sinks = [
         instrument.sinks.Console(rank0),
-        instrument.sinks.Console(rank1, ranks=1),
-        instrument.sinks.Console(io.StringIO(), ranks=[0, 2]),
+        instrument.sinks.Console(rank1, only_ranks=1),
+        instrument.sinks.Console(io.StringIO(), only_ranks=[0, 2]),
         got.append,
     ]
     reporter = instrument.Reporter(every=None, sinks=sinks)
@@ -172,7 +172,7 @@ def test_a_sinks_ranks_choose_which_reports_it_gets() -> None:
 
 
 def test_a_timer_stopped_on_another_thread_still_records(clock: FakeClock) -> None:
-    timer = instrument.timer("load").start()
+    timer = instrument.Timer("load").start()
     clock.advance(0.125)
     worker = threading.Thread(target=timer.stop)
     worker.start()

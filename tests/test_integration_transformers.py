@@ -292,6 +292,17 @@ def test_a_ratio_of_logging_steps_reports_at_each_log() -> None:
     assert logged == [2, 4]
 
 
+def test_a_given_reporter_is_used_feeds_the_logs_and_is_left_open() -> None:
+    sink = InMemory()
+    reporter = Reporter(every=2, sinks=[sink], normalizer="steps")
+    trainer = train(gpt2, InstrumentCallback(reporter=reporter))
+    assert [r.steps for r in sink.reports] == [2, 2]
+    assert not reporter.closed
+    logged = [e["step"] for e in trainer.state.log_history if "instrument/step_ms" in e]
+    assert logged == [2, 4]
+    reporter.close(flush=False)
+
+
 class _Failing(transformers.TrainerCallback):  # type: ignore[misc]
     def on_step_end(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError("boom")
@@ -396,8 +407,20 @@ def test_count_batch_reads_shapes() -> None:
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown log 'loud'"):
         InstrumentCallback(log="loud")
-    with pytest.raises(TypeError, match="no optimizer="):
-        InstrumentCallback(optimizer=None)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'optimizer'"):
+        InstrumentCallback(optimizer=None)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="unknown backward 'no'"):
+        InstrumentCallback(backward="no")  # checked when made, not at train()
+    with pytest.raises(TypeError, match="count_batch must be"):
+        InstrumentCallback(count_batch=3)  # type: ignore[arg-type]
+
+
+def test_count_tokens_is_a_deprecated_spelling_of_count_batch() -> None:
+    with pytest.warns(DeprecationWarning, match="use count_batch="):
+        callback = InstrumentCallback(count_tokens=False)
+    assert callback.count_batch is None
+    counted = InstrumentCallback(count_batch=lambda batch: (1, None))
+    assert callable(counted.count_batch)
 
 
 @pytest.mark.slow  # a subprocess

@@ -71,7 +71,7 @@ import instrument
 from instrument.sinks import JSONL, InMemory
 
 reporter = instrument.Reporter(
-    every=None, sinks=[JSONL(sys.argv[1]), InMemory()], ranks="max", barrier=True, memory=True
+    every=None, sinks=[JSONL(sys.argv[1]), InMemory()], ranks="minmax", barrier=True, memory=True
 )
 stop = threading.Event()
 
@@ -129,7 +129,7 @@ reporter = instrument.Reporter(
     every=2,
     sinks=[Console(io.StringIO()), Logging(), JSONL(out + "/run.jsonl"), InMemory(),
            ChromeTrace(out + "/trace.json")],
-    ranks="max",
+    ranks="minmax",
     barrier=True,
     memory=True,
 )

@@ -125,7 +125,7 @@ def test_real_nvtx_ranges_on_cuda(reporter: instrument.Reporter) -> None:
         x = torch.randn(256, 256, device="cuda")
         x @ x
     instrument.configure(nvtx=False)
-    assert observe._open == {}
+    assert observe.open_ranges == {}
     assert set(reporter.flush().paths()) == {"step", "step/matmul"}
 
 

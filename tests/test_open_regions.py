@@ -358,7 +358,7 @@ def test_an_abandoned_open_call_leaves_no_carry_behind(clock: FakeClock) -> None
     from instrument.regions.frames import abandon
 
     reporter = instrument.Reporter(every=None)
-    data = instrument.timer("data")
+    data = instrument.Timer("data")
     data.start()
     clock.advance(1.0)
     assert reporter.flush()["data"].total == 1.0
@@ -387,7 +387,7 @@ def test_a_new_thread_with_an_ended_threads_id_keeps_its_own_calls_whole(
     seen: list[float] = []
 
     def first() -> None:  # a split call, abandoned; the thread ends before flushing again
-        job = instrument.timer("job")
+        job = instrument.Timer("job")
         job.start()
         clock.advance(1.0)
         seen.append(reporter.flush()["job"].total)

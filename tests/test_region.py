@@ -343,7 +343,7 @@ def test_async_generator_timed_per_resumption(
 
 
 def test_manual_timer(clock: FakeClock, reporter: instrument.Reporter) -> None:
-    t = instrument.timer("checkpoint")
+    t = instrument.Timer("checkpoint")
     t.start()
     with instrument.timed("save"):
         clock.advance(2.0)
@@ -354,7 +354,7 @@ def test_manual_timer(clock: FakeClock, reporter: instrument.Reporter) -> None:
 
 
 def test_manual_timer_misuse_names_the_region() -> None:
-    t = instrument.timer("ckpt")
+    t = instrument.Timer("ckpt")
     with pytest.raises(RuntimeError, match="timer 'ckpt' was stopped without being started"):
         t.stop()
     t.start()
@@ -366,9 +366,9 @@ def test_manual_timer_misuse_names_the_region() -> None:
 def test_manual_timers_stopped_out_of_order(
     clock: FakeClock, reporter: instrument.Reporter
 ) -> None:
-    a = instrument.timer("a").start()
+    a = instrument.Timer("a").start()
     clock.advance(1.0)
-    b = instrument.timer("b").start()
+    b = instrument.Timer("b").start()
     clock.advance(1.0)
     a.stop()
     assert instrument.current_path() == "a/b"  # b keeps its path; a is off the stack
@@ -392,7 +392,7 @@ def test_bad_names(name: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         instrument.timed(name)  # type: ignore[call-overload]
     with pytest.raises(ValueError, match=message):
-        instrument.timer(name)  # type: ignore[arg-type]
+        instrument.Timer(name)  # type: ignore[arg-type]
 
 
 def test_bad_clock_and_level() -> None:

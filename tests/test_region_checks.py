@@ -28,7 +28,7 @@ def test_region_names_with_control_characters_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match="control character"):
         instrument.timed(name)
     with pytest.raises(ValueError, match="control character"):
-        instrument.timer(name)
+        instrument.Timer(name)
 
 
 def test_printable_names_with_spaces_and_unicode_are_fine() -> None:
@@ -41,7 +41,7 @@ def test_the_names_of_instrument_s_own_rows_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match="reserved for instrument's own rows"):
         instrument.timed(name)
     with pytest.raises(ValueError, match="reserved"):
-        instrument.timer(name)
+        instrument.Timer(name)
     with pytest.raises(ValueError, match="reserved"):
         instrument.timed(name)(lambda: None)
     instrument.timed(f"{name} of mine")  # only the exact names

@@ -144,7 +144,7 @@ def test_clock_failing_on_enter_runs_and_opens_nothing(
 def test_timer_stop_with_a_failing_clock_raises_and_keeps_the_stack(
     flaky: FlakyClock, reporter: instrument.Reporter
 ) -> None:
-    timer = instrument.timer("t").start()
+    timer = instrument.Timer("t").start()
     flaky.broken = True
     with pytest.raises(ClockBroke):
         timer.stop()

@@ -5,7 +5,7 @@ the child node and ``timed(name)`` are remembered while the dicts they come from
 unchanged, and closed frames nobody references are refilled by the next enter. Each test
 runs on the C and the pure-Python path (``INSTRUMENT_NO_EXTENSIONS=1``) and pins a case
 where a shortcut would differ: a frame or start time held by Python code, a children dict
-or ``_by_name`` changed behind the cache, a renamed region, threads.
+or ``by_name`` changed behind the cache, a renamed region, threads.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import instrument
 from instrument import registry
 from instrument._native import speedups
 from instrument.regions import frames, region
+from instrument.regions.frames import Frame
 
 needs_c = pytest.mark.skipif(speedups is None, reason="C accelerator not built or disabled")
 
@@ -57,14 +58,14 @@ def test_exit_looked_up_before_disable_still_closes(reporter: instrument.Reporte
     with instrument.timed("fp-swap"):
         instrument.disable()
     instrument.enable()
-    assert frames._get() is frames.ROOT_FRAME or frames._get()[0] is registry.ROOT
+    assert frames.get_top() is frames.ROOT_FRAME or frames.get_top().node is registry.ROOT
     assert _counts(reporter) == {"fp-swap": 1}
 
 
 def test_a_frame_held_by_python_code_is_never_reused(reporter: instrument.Reporter) -> None:
     r = instrument.timed("fp-held")
     with r:
-        held = frames._get()  # the frame only: no other reference to its start time
+        held = frames.get_top()  # the frame only: no other reference to its start time
         node, parent = held[0], held[2]
         t0 = int(str(held[1]))
     for _ in range(100):  # closed frames are refilled by these enters
@@ -80,7 +81,7 @@ def test_a_frame_held_by_python_code_is_never_reused(reporter: instrument.Report
 
 def test_a_start_time_held_by_python_code_keeps_its_value() -> None:
     with instrument.timed("fp-t0"):
-        t0 = frames._get()[1]
+        t0 = frames.get_top().t0
     value = int(str(t0))
     for _ in range(100):
         with instrument.timed("fp-churn"):
@@ -94,7 +95,7 @@ def test_spare_frames_are_harmless_to_the_garbage_collector() -> None:
             pass
     gc.collect()
     for obj in gc.get_objects():
-        if type(obj) is tuple and len(obj) == 5:
+        if type(obj) is Frame:
             repr(obj)
             list(obj)
 
@@ -104,9 +105,9 @@ def test_a_spare_frame_reached_through_the_garbage_collector_is_never_refilled()
         with instrument.timed("fp-gc"), instrument.timed("fp-gc2"):
             pass
     held = [
-        (obj, obj[1], int(obj[1]))  # the tuple, its start-time int, and that int's value
+        (obj, obj.t0, int(obj.t0))  # the frame, its start-time int, and that int's value
         for obj in gc.get_objects()
-        if type(obj) is tuple and len(obj) == 5 and obj[0] is None and type(obj[3]) is list
+        if type(obj) is Frame and obj.node is None and type(obj.owner) is list
     ]
     if not held:
         pytest.skip("no spare frames on this path (pure Python, or Python 3.14+)")
@@ -114,8 +115,8 @@ def test_a_spare_frame_reached_through_the_garbage_collector_is_never_refilled()
         with instrument.timed("fp-gc"), instrument.timed("fp-gc2"):
             pass
     for frame, start, value in held:
-        assert frame[0] is None
-        assert frame[1] is start
+        assert frame.node is None
+        assert frame.t0 is start
         assert int(start) == value
 
 
@@ -160,11 +161,11 @@ def test_timed_follows_changes_to_the_region_cache() -> None:
     r = instrument.timed("fp-dispatch")
     assert instrument.timed("fp-dispatch") is r
     replacement = region.Region("fp-dispatch")
-    region._by_name["fp-dispatch"] = replacement
+    region.by_name["fp-dispatch"] = replacement
     try:
         assert instrument.timed("fp-dispatch") is replacement
     finally:
-        region._by_name["fp-dispatch"] = r
+        region.by_name["fp-dispatch"] = r
     assert instrument.timed("fp-dispatch") is r
 
 
@@ -192,7 +193,7 @@ def test_an_exception_passes_through_unchanged(reporter: instrument.Reporter) ->
     with pytest.raises(KeyError) as caught, instrument.timed("fp-raise"):
         raise error
     assert caught.value is error
-    assert frames._get()[0] is registry.ROOT
+    assert frames.get_top().node is registry.ROOT
     assert _counts(reporter) == {"fp-raise": 1}
 
 
@@ -205,3 +206,26 @@ def test_the_bucket_from_the_bit_length_is_the_bucket_of_the_double() -> None:
     values += [(2**k) * 15 // 8 + d for k in range(3, 60) for d in (-1, 0, 1)]
     for v in values:
         assert bucket_counts([v]) == {speedups.bucket(v): 1}, v
+
+
+def test_frames_are_frame_named_tuples_on_every_path() -> None:
+    @instrument.timed("fp-frame-call")
+    def inner() -> Frame:
+        return frames.get_top()
+
+    with instrument.timed("fp-frame") as region:
+        top = frames.get_top()
+        called = inner()
+    assert type(top) is Frame
+    assert (top.node.path, top.owner, top.parent) == ("fp-frame", region, frames.ROOT_FRAME)
+    assert type(called) is Frame
+    assert called.parent is top
+    assert called.node.path == "fp-frame/fp-frame-call"
+    assert frames.get_top() is frames.ROOT_FRAME
+
+
+@pytest.mark.skipif(speedups is None, reason="the C accelerator is not built")
+def test_the_c_stack_takes_only_frames() -> None:
+    node = frames.ROOT_FRAME.node
+    with pytest.raises(TypeError, match="needs a region frame"):
+        speedups.set_top((node, 0, None, None, None))  # a plain tuple is not a Frame

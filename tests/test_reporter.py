@@ -239,7 +239,7 @@ def test_flush_inside_an_open_region(clock: FakeClock, reporter: instrument.Repo
         ({"normalizer": 0}, "normalizer must be a finite number > 0, got 0"),
         ({"normalizer": -1.5}, "normalizer must be a finite number > 0"),
         ({"normalizer": "tokens"}, "unknown normalizer 'tokens'; expected a number > 0 or 'steps'"),
-        ({"ranks": "foo"}, "unknown ranks 'foo'; expected one of 'local', 'max', 'minmax', 'all'"),
+        ({"ranks": "foo"}, "unknown ranks 'foo'; expected one of 'local', 'minmax', 'all'"),
         ({"level": -1}, "region level must be an int >= 0"),
     ],
 )

@@ -147,7 +147,7 @@ def test_bad_paths_are_refused(path: object, error: type[Exception], match: str)
 
 def test_bad_ranks_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown ranks 'some'"):
-        JSONL(tmp_path / "x.jsonl", ranks="some")
+        JSONL(tmp_path / "x.jsonl", only_ranks="some")
 
 
 def test_repr_names_the_path() -> None:
@@ -158,10 +158,10 @@ def rank_worker(rank: int, world_size: int, folder: str) -> dict[str, Any]:
     clock = FakeClock()
     sinks = [
         JSONL(f"{folder}/run.jsonl"),  # every rank, ".rank<R>" before the suffix
-        JSONL(f"{folder}/r{{rank}}/run.jsonl", ranks=[1]),  # rank 1 only, placeholder filled
+        JSONL(f"{folder}/r{{rank}}/run.jsonl", only_ranks=[1]),  # rank 1 only, placeholder filled
     ]
     with use_clock(clock):
-        reporter = instrument.Reporter(every=None, sinks=sinks, ranks="max", memory=False)
+        reporter = instrument.Reporter(every=None, sinks=sinks, ranks="minmax", memory=False)
         with instrument.timed("forward"):
             clock.advance(0.1 * (rank + 1))
         instrument.step()

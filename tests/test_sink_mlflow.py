@@ -188,7 +188,7 @@ def test_a_run_with_other_params_keeps_them_and_still_gets_the_metrics(
 def test_several_ranks_keep_apart_and_the_filter_holds(store: str) -> None:
     host = Stats(1, 0.5, 0.5, 0.5, 0.5, 0.0, 0.5, 0.5, 0.5)
     run_id = client(store).create_run("0").info.run_id
-    sink = MLflow(run_id=run_id, ranks="all")
+    sink = MLflow(run_id=run_id, only_ranks="all")
     for rank in (0, 1):
         sink.write(Report(nodes=(Node(path="x", host=host),), index=1, rank=rank, world_size=2))
     metrics = history(store, run_id)

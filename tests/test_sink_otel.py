@@ -122,7 +122,7 @@ def test_regions_step_time_throughput_and_diagnosis_are_recorded_with_rank_and_h
 def test_memory_in_bytes_and_events_and_the_rank_of_the_report() -> None:
     provider, reader = in_memory()
     memory = {"host_rss": 3 * 2**30, "device_ooms": 1}
-    OpenTelemetry(meter_provider=provider, ranks=1).write(
+    OpenTelemetry(meter_provider=provider, only_ranks=1).write(
         Report(index=1, rank=1, world_size=2, memory=memory)
     )
     points, units = collect(reader)

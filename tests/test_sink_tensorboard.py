@@ -302,9 +302,9 @@ def test_a_failing_sink_is_reported_once_and_tensorboard_gets_every_report(
 def test_rank_placeholder_and_per_rank_directories(tmp_path: Path) -> None:
     node = Node(path="x", host=stats(0.25))
     on_rank_1 = Report(nodes=(node,), index=1, rank=1, world_size=2)
-    placeholder = TensorBoard(tmp_path / "a" / "rank{rank}", ranks="all")
-    shared = TensorBoard(tmp_path / "b", ranks="all")
-    single = TensorBoard(tmp_path / "c", ranks=1)
+    placeholder = TensorBoard(tmp_path / "a" / "rank{rank}", only_ranks="all")
+    shared = TensorBoard(tmp_path / "b", only_ranks="all")
+    single = TensorBoard(tmp_path / "c", only_ranks=1)
     for sink in (placeholder, shared, single):
         sink.write(on_rank_1)
         sink.close()
@@ -388,7 +388,7 @@ def rank_worker(rank: int, world_size: int, folder: str) -> None:
     clock = FakeClock()
     sinks = [
         TensorBoard(f"{folder}/job"),  # rank 0 only: one run per job
-        TensorBoard(f"{folder}/each/rank{{rank}}", ranks="all"),
+        TensorBoard(f"{folder}/each/rank{{rank}}", only_ranks="all"),
     ]
     with use_clock(clock):
         reporter = instrument.Reporter(every=None, sinks=sinks, ranks="minmax", memory=False)

@@ -17,6 +17,7 @@ from distributed_helpers import run_ranks
 import instrument
 from instrument import observe
 from instrument.regions import region as region_module
+from instrument.regions.frames import Frame
 from instrument.regions.region import CpuRegion, ObservedCpuRegion
 from instrument.report import FLUSH_ROW
 from instrument.sinks import ChromeTrace, trace
@@ -136,7 +137,7 @@ def test_a_trace_sink_collected_inside_a_locked_region_section_never_deadlocks(
 ) -> None:
     region = instrument.timed("x", clock="cpu")
     sink = ChromeTrace(tmp_path / "t.json")
-    with region_module._lock:  # as if the collection ran while this thread created a region
+    with region_module.lock:  # as if the collection ran while this thread created a region
         del sink
         gc.collect()
     deadline = time.monotonic() + 30
@@ -175,7 +176,7 @@ def test_decorated_functions_timers_and_exceptions_are_traced(tmp_path: Path) ->
         return 1
 
     assert f() == 1
-    manual = instrument.timer("manual")
+    manual = instrument.Timer("manual")
     manual.start()
     manual.stop()
     with pytest.raises(KeyError), instrument.timed("fails"):
@@ -348,7 +349,7 @@ def gpu_region(name: str, clock: FakeClock, device: FakeDevice, host_s: float, g
     node = registry.ROOT.child(name, 0, "cuda")
     region = instrument.timed(name, clock="cpu")
     device.now += lag_ns
-    frame = (node, clock.now_ns(), None, region, object())
+    frame = Frame(node, clock.now_ns(), None, region, object())
     observe.entered(region, frame)
     clock.advance(host_s)
     device.now += gpu_ns

@@ -295,7 +295,7 @@ def test_rank_zero_logs_by_default() -> None:
     sink = WandB(Run())
     assert sink.wants(0)
     assert not sink.wants(1)
-    assert WandB(Run(), ranks="all").wants(3)
+    assert WandB(Run(), only_ranks="all").wants(3)
 
 
 @pytest.mark.parametrize(

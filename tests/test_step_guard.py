@@ -12,7 +12,7 @@ import torch
 import instrument
 from instrument import registry
 from instrument._native import speedups
-from instrument.regions.frames import _get
+from instrument.regions.frames import get_top
 from instrument.regions.region import region_for
 
 needs_c = pytest.mark.skipif(speedups is None, reason="C accelerator not built or disabled")
@@ -40,7 +40,7 @@ class Optimizer:
         self.call = Call()
 
     def step(self, *args: Any, **kwargs: Any) -> str:
-        self.steps.append((args, kwargs, _get()[0].path, self.call.running, self.call.guarded))
+        self.steps.append((args, kwargs, get_top().node.path, self.call.running, self.call.guarded))
         return "stepped"
 
 
@@ -114,7 +114,7 @@ def test_a_step_that_raises_closes_its_region_lowers_the_flags_and_does_not_tick
     with pytest.raises(ValueError, match="step failed"):
         step()
     assert (opt.call.running, opt.call.guarded) == (False, False)
-    assert _get()[0] is registry.ROOT
+    assert get_top().node is registry.ROOT
     assert registry.ROOT.children["sg-raise"].has_records()  # recorded, as a region that raised
     assert hooks.ticks == []
 

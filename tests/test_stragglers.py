@@ -138,7 +138,9 @@ def test_a_local_fallback_says_why() -> None:
 
 
 def test_too_many_stragglers_are_counted_not_listed() -> None:
-    report = Report(nodes=(Node("train", STATS),), ranks="max", group_size=512, stragglers_count=80)
+    report = Report(
+        nodes=(Node("train", STATS),), ranks="minmax", group_size=512, stragglers_count=80
+    )
     assert "stragglers: 80 ranks (too many to list)" in report.render()
     assert scalars(report)["stragglers/count"] == 80.0
 

@@ -160,7 +160,7 @@ def test_bad_throughput_options_name_the_problem() -> None:
     with pytest.raises(ValueError, match="unknown peak_dtype 'int8'"):
         instrument.Reporter(peak_dtype="int8")
     with pytest.raises(ValueError, match="samples must be an int >= 0"):
-        instrument.Reporter(every=None).count(samples=-1)
+        instrument.Reporter(every=None).step(samples=-1)
     with pytest.raises(ValueError, match="tokens must be an int >= 0"):
         instrument.Reporter(every=None).step(tokens=1.5)  # type: ignore[arg-type]
 

@@ -16,7 +16,10 @@ It fails (exit 1), naming files and lines, on
 1. an import circle among ``module`` edges (modules that cannot be imported one at a time);
 2. an import circle that needs a ``function`` edge to close (the same circle, hidden in a
    function body: two modules that each need the other);
-3. an import, of any kind, that breaks a layering rule of ``docs/architecture.md``: the
+3. a module's private name used by another module: ``from instrument.x import _name``, or
+   ``x._name`` on an imported ``instrument`` module (read, written or called; a private
+   *module* such as ``instrument._state`` is the package's, and any module may import it);
+4. an import, of any kind, that breaks a layering rule of ``docs/architecture.md``: the
    ``text`` block after the line ``<!-- layering rule -->``, one rule a line::
 
        core = instrument._state instrument.clocks ...     (a name for a set of modules)
@@ -128,6 +131,66 @@ def imports_of(module: str, path: Path, modules: Iterable[str]) -> list[Import]:
             if target and target != module:
                 found.append(Import(module, target, node.lineno, kind))
     return sorted(set(found), key=lambda i: (i.source, i.line, i.target))
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(
+    module: str, path: Path, modules: Iterable[str], root: Path = ROOT, package: str = PACKAGE
+) -> list[str]:
+    """``file:line: ...`` for each private name of another package module that ``path``
+    (the module ``module``) imports or reaches as an attribute of an imported module."""
+    known = set(modules)
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    where = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    aliases: dict[str, str] = {}  # local name -> the package module it is bound to
+    found = []
+    for node, _kind in _statements(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in known and alias.asname:
+                    aliases[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, is_package, node.level, node.module)
+            if base != package and not base.startswith(package + "."):
+                continue
+            for alias in node.names:
+                child = f"{base}.{alias.name}"
+                if child in known:
+                    aliases[alias.asname or alias.name] = child
+                elif _private(alias.name) and base != module:
+                    found.append(f"{where}:{node.lineno}: imports {base}'s private {alias.name}")
+    # names also bound otherwise (arguments, assignments) are not reliably the module
+    bound = {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)} | {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    for attribute in ast.walk(tree):
+        if not (isinstance(attribute, ast.Attribute) and _private(attribute.attr)):
+            continue
+        value = attribute.value
+        target = None
+        if isinstance(value, ast.Name) and value.id in aliases and value.id not in bound:
+            target = aliases[value.id]
+        elif isinstance(value, ast.Attribute):  # instrument.x._name
+            dotted = ast.unparse(value)
+            target = dotted if dotted in known else None
+        name = attribute.attr
+        if target is not None and target != module and f"{target}.{name}" not in known:
+            found.append(f"{where}:{attribute.lineno}: uses {target}'s private {name}")
+    return found
+
+
+def all_private_uses(root: Path = ROOT, package: str = PACKAGE) -> list[str]:
+    """Every use of another module's private name in ``package`` under ``root``."""
+    modules = module_files(root, package)
+    return [
+        f"private name across modules: {use}"
+        for name, path in modules.items()
+        for use in private_uses(name, path, modules, root, package)
+    ]
 
 
 def all_imports(root: Path = ROOT, package: str = PACKAGE) -> list[Import]:
@@ -271,6 +334,7 @@ def problems(
                 found.append(f"layering rule {rule.text!r} names {name}, which is no module")
     for rule, edge in broken_rules(edges, rules):
         found.append(f"layering rule {rule.text.split()[0]!r} broken: {_where(edge, files, root)}")
+    found.extend(all_private_uses(root, package))
     return found
 
 
@@ -297,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if found:
         print(f"{len(found)} import problem(s); the rule is in docs/architecture.md")
         return 1
-    print("imports: no circle, layering rules kept")
+    print("imports: no circle, layering rules kept, no private name used across modules")
     return 0
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from instrument.distributed.barrier import _append, _NetworkError, _Place, _place, _text
+from instrument.distributed.barrier import NetworkError, Place, place_of, store_append, store_text
 from instrument.hooks.collectives import suppressed
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def _follow_world() -> None:
         _keys_world = world
 
 
-def _meeting(where: _Place, last_step: int) -> str:
+def _meeting(where: Place, last_step: int) -> str:
     """The store prefix of this flush: the group, the interval's last step, and how many
     flushes this process made at that step before (0 for the first)."""
     with _keys_lock:
@@ -179,7 +179,7 @@ def _meeting(where: _Place, last_step: int) -> str:
 def _arrivals(store: Store, prefix: str) -> dict[int, list[int]]:
     """rank -> [interval, first step, last step, paths hash], from the arrival list."""
     out: dict[int, list[int]] = {}
-    for item in _text(store.get(prefix + "arrived")).split(","):
+    for item in store_text(store.get(prefix + "arrived")).split(","):
         if item:
             rank, *values = (int(x) for x in item.split(":"))
             out[rank] = values
@@ -187,7 +187,7 @@ def _arrivals(store: Store, prefix: str) -> dict[int, list[int]]:
 
 
 def _judge(
-    where: _Place, prefix: str, differ: bool, *, all_arrived: bool, absent: frozenset[int]
+    where: Place, prefix: str, differ: bool, *, all_arrived: bool, absent: frozenset[int]
 ) -> Verdict:
     """The verdict from what the store holds. Cheap when nothing differs: the arrival list
     (O(world) bytes) is read only when a signature differed or a rank is missing."""
@@ -221,21 +221,21 @@ def _judge(
 def _settle(store: Store, prefix: str, verdict: Verdict) -> Verdict:
     """Store ``verdict`` unless one was stored first; return the one that holds."""
     text = verdict.to_json()
-    held = _text(store.compare_set(prefix + "status", "", text))
+    held = store_text(store.compare_set(prefix + "status", "", text))
     return verdict if held == text else Verdict.from_json(held)
 
 
 def _check(
-    where: _Place, prefix: str, mine: Arrival, seconds: float, absent: Callable[[], frozenset[int]]
+    where: Place, prefix: str, mine: Arrival, seconds: float, absent: Callable[[], frozenset[int]]
 ) -> Verdict:
     store, world = where.store, len(where.ranks)
-    _append(store, prefix + "arrived", mine.text(where.rank) + ",")
+    store_append(store, prefix + "arrived", mine.text(where.rank) + ",")
     signature = f"{mine.window()}|{mine.paths}"
-    if _text(store.compare_set(prefix + "signature", "", signature)) != signature:
+    if store_text(store.compare_set(prefix + "signature", "", signature)) != signature:
         store.set(prefix + "differ", "1")  # before counting: the last arrival sees it
     count = int(store.add(prefix + "count", 1))
     if count > world:  # the others gave up already
-        return Verdict.from_json(_text(store.get(prefix + "status")), late=True)
+        return Verdict.from_json(store_text(store.get(prefix + "status")), late=True)
     if count == world:  # the last to arrive decides
         differ = store.check([prefix + "differ"])
         judged = _judge(where, prefix, differ, all_arrived=True, absent=frozenset())
@@ -249,16 +249,16 @@ def _check(
             break
         try:
             store.wait([prefix + "status"], datetime.timedelta(seconds=part))
-            return Verdict.from_json(_text(store.get(prefix + "status")))
-        except _NetworkError:
+            return Verdict.from_json(store_text(store.get(prefix + "status")))
+        except NetworkError:
             raise
         except RuntimeError:  # timed out
             pass
     if int(store.add(prefix + "gave_up", 1)) > 1:  # another rank is judging: wait for it
         try:
             store.wait([prefix + "status"], datetime.timedelta(seconds=seconds))
-            return Verdict.from_json(_text(store.get(prefix + "status")))
-        except _NetworkError:
+            return Verdict.from_json(store_text(store.get(prefix + "status")))
+        except NetworkError:
             raise
         except RuntimeError:
             pass
@@ -275,11 +275,11 @@ def _check(
 CLOSED_GRACE = 2.0
 
 
-def _closed_key(where: _Place) -> str:
+def _closed_key(where: Place) -> str:
     return f"instrument/closed/{where.name}"
 
 
-def _closed(where: _Place) -> dict[int, int]:
+def _closed(where: Place) -> dict[int, int]:
     """rank -> the step at which it closed its reporter, for the ranks of ``where`` that
     closed the one this rank's reporter flushes with: the reporters each process made in
     this group are counted (a second ``fit()`` makes a second), and an entry for another
@@ -289,7 +289,7 @@ def _closed(where: _Place) -> dict[int, int]:
         return {}
     mine = _reporters_closed.get(where.name, 0)
     out: dict[int, int] = {}
-    for item in _text(where.store.get(key)).split(","):
+    for item in store_text(where.store.get(key)).split(","):
         if item:
             rank, step, nth = (int(x) for x in item.split(":"))
             if nth == mine:
@@ -297,7 +297,7 @@ def _closed(where: _Place) -> dict[int, int]:
     return out
 
 
-def _only_gone_missing(where: _Place, prefix: str, absent: frozenset[int]) -> bool:
+def _only_gone_missing(where: Place, prefix: str, absent: frozenset[int]) -> bool:
     """Every rank that has not arrived at this flush closed its reporter or missed the last
     check too: none is expected. (One store operation while no rank of the group has
     closed or is absent.)"""
@@ -312,10 +312,10 @@ def _only_gone_missing(where: _Place, prefix: str, absent: frozenset[int]) -> bo
 _reporters_closed: dict[str, int] = {}
 
 
-def _channel_place(group: ProcessGroup | None, channel: str) -> _Place | None:
+def _channel_place(group: ProcessGroup | None, channel: str) -> Place | None:
     """The group's place, its name followed by ``channel``: the keys of each reporter of a
     process meet those of the same reporter on the other ranks only."""
-    where = _place(group)
+    where = place_of(group)
     if where is None or not channel:
         return where
     return where._replace(name=f"{where.name}/{channel}")
@@ -336,12 +336,12 @@ def closed(last_step: int, group: ProcessGroup | None = None, channel: str = "")
             nth = _reporters_closed.get(where.name, 0)
             _reporters_closed[where.name] = nth + 1
         with suppressed():
-            _append(where.store, _closed_key(where), f"{where.rank}:{last_step}:{nth},")
+            store_append(where.store, _closed_key(where), f"{where.rank}:{last_step}:{nth},")
     except Exception:  # the store is gone (a rank exited): nothing to tell
         return
 
 
-def _clean(where: _Place, prefix: str) -> None:
+def _clean(where: Place, prefix: str) -> None:
     """After a check every rank passed, delete the keys of this group's earlier checks
     (every rank has left them). Only the group's first rank does it."""
     earlier = _done.setdefault(where.name, [])
@@ -354,7 +354,7 @@ def _clean(where: _Place, prefix: str) -> None:
     earlier[:] = [prefix]
 
 
-def _still_absent(where: _Place) -> frozenset[int]:
+def _still_absent(where: Place) -> frozenset[int]:
     """The ranks that missed this process's last check and have not arrived at it late
     since (one store read, only while some rank is absent): read when the grace is over."""
     prefix, missed = _absent.get(where.name, ("", frozenset[int]()))
@@ -390,9 +390,9 @@ def agree(
 
 def append(key: str, value: str) -> None:
     """Append to ``key`` on the default store (a side channel of a flush's check)."""
-    _append(dist.distributed_c10d._get_default_store(), key, value)
+    store_append(dist.distributed_c10d._get_default_store(), key, value)
 
 
 def read(key: str) -> str:
     """The value of ``key`` on the default store (waits until it exists)."""
-    return _text(dist.distributed_c10d._get_default_store().get(key))
+    return store_text(dist.distributed_c10d._get_default_store().get(key))

@@ -40,15 +40,15 @@ logger = logging.getLogger("instrument")
 _GAVE_UP = 1 << 40
 
 #: The store's "connection lost" error (a RuntimeError, like a wait's timeout).
-_NetworkError: type[Exception] = getattr(dist, "DistNetworkError", ConnectionError)
+NetworkError: type[Exception] = getattr(dist, "DistNetworkError", ConnectionError)
 
 
-def _initialized() -> bool:
+def dist_initialized() -> bool:
     """True when ``torch.distributed`` is built in and a default process group exists."""
     return dist.is_available() and dist.is_initialized()
 
 
-def _seconds(timeout: datetime.timedelta | float) -> float:
+def timeout_seconds(timeout: datetime.timedelta | float) -> float:
     """``timeout`` in seconds; a ``timedelta`` or a positive number of seconds."""
     if isinstance(timeout, datetime.timedelta):
         seconds = timeout.total_seconds()
@@ -88,7 +88,7 @@ def metadata_group(group: ProcessGroup | None = None) -> ProcessGroup | None:
     ``destroy_process_group()`` and a new ``init_process_group()`` fresh groups are created.
     """
     global _meta_world
-    if not _initialized():
+    if not dist_initialized():
         return None
     world = dist.group.WORLD
     target = world if group is None else group
@@ -114,7 +114,7 @@ def metadata_group(group: ProcessGroup | None = None) -> ProcessGroup | None:
 # -- barrier -------------------------------------------------------------------------------
 
 
-class _Place(NamedTuple):
+class Place(NamedTuple):
     """Where a group's barrier keys live, and who takes part."""
 
     store: Store
@@ -123,7 +123,7 @@ class _Place(NamedTuple):
     rank: int  # this process's global rank
 
 
-def _place(group: ProcessGroup | None) -> _Place | None:
+def place_of(group: ProcessGroup | None) -> Place | None:
     """The store, name and ranks of ``group`` (default: the world); ``None`` when this
     process is not a member. Needs an initialised default group."""
     target = dist.group.WORLD if group is None else group
@@ -135,7 +135,7 @@ def _place(group: ProcessGroup | None) -> _Place | None:
         return None
     name = getattr(target, "group_name", "") or "_".join(map(str, ranks))
     store = dist.distributed_c10d._get_default_store()
-    return _Place(store, str(name), ranks, rank)
+    return Place(store, str(name), ranks, rank)
 
 
 _seq_lock = threading.Lock()
@@ -144,7 +144,7 @@ _seq_world: object = None
 _cleaned: dict[str, int] = {}  # per group: barriers below this number have no keys left
 
 
-def _next_seq(kind: str, where: _Place) -> int:
+def next_seq(kind: str, where: Place) -> int:
     """This process's count of ``kind`` calls on the group so far (0, 1, ...): the ranks
     agree on it as long as each calls ``kind`` the same number of times."""
     global _seq_world
@@ -166,18 +166,18 @@ class _Outcome(NamedTuple):
     late: bool = False  # this rank arrived after the barrier gave up
 
 
-def _text(value: bytes | str) -> str:
+def store_text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _append(store: Store, key: str, value: str) -> None:
+def store_append(store: Store, key: str, value: str) -> None:
     """``store.append`` (torch >= 2.1; missing from torch's type stubs)."""
     cast(Any, store).append(key, value)
 
 
 def _decide(store: Store, prefix: str, verdict: str) -> str:
     """Settle the barrier's outcome once: the first verdict stored wins, for every rank."""
-    return _text(store.compare_set(prefix + "status", "", verdict))
+    return store_text(store.compare_set(prefix + "status", "", verdict))
 
 
 def _read(status: str, late: bool) -> _Outcome:
@@ -187,14 +187,14 @@ def _read(status: str, late: bool) -> _Outcome:
     return _Outcome(False, [int(r) for r in missing.split(",") if r], late)
 
 
-def _store_barrier(where: _Place, prefix: str, seconds: float) -> _Outcome:
+def _store_barrier(where: Place, prefix: str, seconds: float) -> _Outcome:
     """One barrier over ``where.store``: arrive, then wait for the last rank's "done" key
     until the deadline, then settle "done" or "timeout:<missing ranks>" with compare-set."""
     store, ranks = where.store, where.ranks
-    _append(store, prefix + "arrived", f"{where.rank},")
+    store_append(store, prefix + "arrived", f"{where.rank},")
     count = int(store.add(prefix + "count", 1))
     if count > len(ranks):  # the others already gave up (see _GAVE_UP)
-        return _read(_text(store.get(prefix + "status")), late=True)
+        return _read(store_text(store.get(prefix + "status")), late=True)
     if count == len(ranks):  # the last to arrive
         status = _decide(store, prefix, "done")
         if status == "done":
@@ -203,11 +203,11 @@ def _store_barrier(where: _Place, prefix: str, seconds: float) -> _Outcome:
     try:
         store.wait([prefix + "done"], datetime.timedelta(seconds=seconds))
         return _Outcome(True, [])
-    except _NetworkError:
+    except NetworkError:
         raise
     except RuntimeError:  # timed out (DistStoreError, or FileStore's RuntimeError)
         pass
-    arrived = {int(r) for r in _text(store.get(prefix + "arrived")).split(",") if r}
+    arrived = {int(r) for r in store_text(store.get(prefix + "arrived")).split(",") if r}
     missing = [r for r in ranks if r not in arrived]
     if not missing:  # the last rank arrived just now: a success after all
         status = _decide(store, prefix, "done")
@@ -221,7 +221,7 @@ def _store_barrier(where: _Place, prefix: str, seconds: float) -> _Outcome:
     return _read(status, late=False)
 
 
-def _clean(where: _Place, seq: int) -> None:
+def _clean(where: Place, seq: int) -> None:
     """Delete the keys of barriers before ``seq``: a barrier that succeeded proves every
     rank has returned from all earlier ones. Only the group's first rank does it."""
     start = _cleaned.get(where.name, 0)
@@ -260,13 +260,13 @@ def barrier_with_timeout(
         timeout: The longest wait, as a ``timedelta`` or in seconds (> 0).
         group: The process group whose ranks must arrive (default: the world).
     """
-    seconds = _seconds(timeout)
-    if not _initialized():
+    seconds = timeout_seconds(timeout)
+    if not dist_initialized():
         return True
-    where = _place(group)
+    where = place_of(group)
     if where is None or len(where.ranks) == 1:
         return True
-    seq = _next_seq("barrier", where)
+    seq = next_seq("barrier", where)
     prefix = f"instrument/barrier/{where.name}/{seq}/"
     try:
         with suppressed():

@@ -9,9 +9,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from instrument import _state, registry
-from instrument.distributed.barrier import _seconds, barrier_with_timeout
+from instrument.distributed.barrier import barrier_with_timeout, timeout_seconds
 from instrument.regions import timed
-from instrument.regions.frames import _get
+from instrument.regions.frames import get_top
 from instrument.regions.region import CPU, Region
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,7 +36,7 @@ class BarrierRegion:
         region = self.region
         if region.mode is None:
             return
-        parent = _get()[0]
+        parent = get_top().node
         node = parent.children.get(region.name) or parent.child(
             region.name, region.level, region.mode
         )
@@ -77,7 +77,7 @@ def _check_timeout(timeout: object) -> None:
     """Refuse a bad ``barrier_timeout`` when the region is built, not when it is entered."""
     accepted = "a number of seconds > 0 or a datetime.timedelta"
     try:
-        _seconds(timeout)  # type: ignore[arg-type]
+        timeout_seconds(timeout)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError(f"barrier_timeout must be {accepted}, got {timeout!r}") from None
     except ValueError:

@@ -22,13 +22,13 @@ import torch
 import torch.distributed as dist
 
 from instrument.distributed.barrier import (
-    _append,
-    _initialized,
-    _next_seq,
-    _Place,
-    _place,
-    _seconds,
+    Place,
     barrier_with_timeout,
+    dist_initialized,
+    next_seq,
+    place_of,
+    store_append,
+    timeout_seconds,
 )
 from instrument.hooks.collectives import suppressed
 from instrument.rank import rank as _rank
@@ -59,7 +59,7 @@ class _Frame:
 
     created: bool = False  # this entry initialised the default group, and destroys it
     first: bool = True
-    where: _Place | None = None
+    where: Place | None = None
     seq: int = 0
 
 
@@ -82,7 +82,7 @@ def _bootstrap() -> bool:
     return True
 
 
-def _local_rank(where: _Place) -> int:
+def _local_rank(where: Place) -> int:
     """This process's rank on its node: ``LOCAL_RANK``, else the global rank modulo
     ``LOCAL_WORLD_SIZE``, else (no torchrun variables: one node) the rank in the group."""
     env = os.environ
@@ -136,21 +136,21 @@ class FirstRankPerNode(contextlib.ContextDecorator):
         group: ProcessGroup | None = None,
         timeout: datetime.timedelta | float = datetime.timedelta(hours=10),
     ) -> None:
-        _seconds(timeout)  # validate now, not on first use
+        timeout_seconds(timeout)  # validate now, not on first use
         self.group = group
         self.timeout = timeout
         self._frames: list[_Frame] = []
 
     def __enter__(self) -> bool:
         frame = _Frame()
-        if not _initialized():
+        if not dist_initialized():
             frame.created = _bootstrap()
-        where = _place(self.group) if _initialized() else None
+        where = place_of(self.group) if dist_initialized() else None
         if where is None or len(where.ranks) == 1:
             self._frames.append(frame)
             return True
         frame.where = where
-        frame.seq = _next_seq("first_rank", where)
+        frame.seq = next_seq("first_rank", where)
         frame.first = _local_rank(where) == 0
         self._frames.append(frame)
         if frame.first:
@@ -171,8 +171,8 @@ class FirstRankPerNode(contextlib.ContextDecorator):
         if not barrier_with_timeout(self.timeout, self.group):
             return (
                 f"FirstRankPerNode: rank {rank} stopped waiting for the first rank of each "
-                f"node to finish the block (timeout {_seconds(self.timeout):g} s; the barrier "
-                "warning above says which ranks did not arrive, or why it failed); not "
+                f"node to finish the block (timeout {timeout_seconds(self.timeout):g} s; the "
+                "barrier warning above says which ranks did not arrive, or why it failed); not "
                 "running it here"
             )
         try:
@@ -224,7 +224,7 @@ class FirstRankPerNode(contextlib.ContextDecorator):
                 return ""
             raise
         if failed:
-            barrier_with_timeout(min(_seconds(self.timeout), _ACK_SECONDS), self.group)
+            barrier_with_timeout(min(timeout_seconds(self.timeout), _ACK_SECONDS), self.group)
         return failed.replace("\n", "; ")
 
     def _report_failure(
@@ -242,14 +242,14 @@ class FirstRankPerNode(contextlib.ContextDecorator):
         line = f"rank {rank}: {exc_type.__name__}: {exc}".replace("\n", " ")
         key = f"instrument/first_rank/{frame.where.name}/{frame.seq}/failed"
         try:
-            _append(frame.where.store, key, line + "\n")
+            store_append(frame.where.store, key, line + "\n")
         except Exception:  # the store is gone: the others fail on their barrier instead
             pass
 
     @staticmethod
     def _close(frame: _Frame) -> None:
         """Destroy the group this entry started, after a barrier of all its ranks."""
-        if not frame.created or not _initialized():
+        if not frame.created or not dist_initialized():
             return
         try:
             with suppressed():

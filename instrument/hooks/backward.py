@@ -14,7 +14,7 @@ from instrument.hooks import patches
 from instrument.hooks.eager import compile_callback, outside
 from instrument.regions import native
 from instrument.regions.decorators import direct_call, in_region
-from instrument.regions.frames import _get
+from instrument.regions.frames import get_top
 from instrument.regions.region import region_for
 from instrument.registry import PathNode
 
@@ -63,13 +63,13 @@ def _timed(original: Callable[..., Any], region: Any) -> Callable[..., Any]:
         global _parent
         if tracing():  # in a compiled function, inlined or between its graphs: the
             return eager(*args, **kwargs)  # graph breaks here, before our C calls
-        top = _get()
+        top = get_top()
         # a backward inside backward (a reentrant checkpoint's, which may run below a
         # module's backward region with backward="modules", or autograd's inside a
         # trainer's own backward): one region
-        if top[3] is region or _graph_task() != -1:
+        if top.owner is region or _graph_task() != -1:
             return original(*args, **kwargs)
-        _parent = top[0]
+        _parent = top.node
         return timed(*args, **kwargs)
 
     eager = outside(backward)

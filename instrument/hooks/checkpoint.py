@@ -24,7 +24,7 @@ import torch
 import torch.utils.checkpoint as torch_checkpoint
 
 from instrument.hooks import patches
-from instrument.regions.frames import Frame, _get, _set
+from instrument.regions.frames import Frame, get_top, set_top
 from instrument.regions.region import Region, region_for
 from instrument.registry import ROOT, PathNode
 
@@ -35,13 +35,13 @@ _in_backward = torch._C._current_graph_task_id
 def _open_regions() -> list[Region]:
     """The regions open in this context below the model's ``forward`` (outermost first)."""
     out: list[Region] = []
-    frame: Frame | None = _get()
-    while frame is not None and frame[0] is not ROOT:
-        owner = frame[3]
+    frame: Frame | None = get_top()
+    while frame is not None and frame.node is not ROOT:
+        owner = frame.owner
         if getattr(owner, "name", None) == "forward" or not isinstance(owner, Region):
             break
         out.append(owner)
-        frame = frame[2]
+        frame = frame.parent
     out.reverse()
     return out
 
@@ -59,11 +59,11 @@ def attributed(fn: Callable[..., Any], anchor: Callable[[], PathNode]) -> Callab
         # region open there), and not below a module's backward region that happens to be
         # open (a non-reentrant checkpoint recomputes when a saved tensor is unpacked,
         # inside the first hooked module's backward, with backward="modules")
-        top, node = _get(), anchor()
-        anchored = top[0] is not node
+        top, node = get_top(), anchor()
+        anchored = top.node is not node
         if anchored:
-            frame: Frame = (node, 0, top, anchor, None)
-            _set(frame)
+            frame = Frame(node, 0, top, anchor, None)
+            set_top(frame)
         opened: list[Region] = []
         try:
             for region in (recompute, *chain):
@@ -73,8 +73,8 @@ def attributed(fn: Callable[..., Any], anchor: Callable[[], PathNode]) -> Callab
         finally:
             for region in reversed(opened):
                 region.__exit__(None, None, None)
-            if anchored and _get()[3] is anchor:
-                _set(_get()[2])
+            if anchored and get_top().owner is anchor:
+                set_top(get_top().parent)
 
     return run
 

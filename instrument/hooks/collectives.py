@@ -40,7 +40,7 @@ from torch import nn
 from instrument import registry
 from instrument.hooks.modules import held_chain
 from instrument.hooks.patches import patch
-from instrument.regions.frames import _get
+from instrument.regions.frames import get_top
 from instrument.regions.region import check_name
 from instrument.regions.span import Span
 from instrument.regions.timed import timed
@@ -248,7 +248,7 @@ def _make_wrapper(name: str, original: Callable[..., Any]) -> Callable[..., Any]
             return _timed_works(_run_inside(wrapped, args, kwargs), span, nbytes)
         with region:
             if nbytes:
-                registry.add_bytes(_get()[0], nbytes)
+                registry.add_bytes(get_top().node, nbytes)
             return _run_inside(wrapped, args, kwargs)
 
     return wrapper
@@ -369,7 +369,7 @@ def _hook_parent() -> PathNode:
         node = anchor()
         if node is not None:
             return node
-    node = _get()[0]
+    node = get_top().node
     if node is not ROOT:
         return node
     return registry.steps_own("backward")

@@ -67,8 +67,8 @@ def hook_ns() -> float:
     hooks = ModuleHooks(())
     hooks._time_forward(hooked, CpuRegion(name))  # the plain host-clock region
     x = torch.zeros(1)
-    saved = frames._get()
-    frames._set((scratch, 0, None, None, None))
+    saved = frames.get_top()
+    frames.set_top(frames.Frame(scratch, 0, None, None, None))
     spent_plain, spent_hooked = [], []
     try:
         with torch.no_grad():
@@ -76,7 +76,7 @@ def hook_ns() -> float:
                 spent_plain.append(_time(plain, x))
                 spent_hooked.append(_time(hooked, x))
     finally:
-        frames._set(saved)
+        frames.set_top(saved)
         hooks.remove()
     return max(min(spent_hooked) - min(spent_plain), 0) / CALLS
 

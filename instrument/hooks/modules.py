@@ -37,7 +37,7 @@ from instrument import registry
 from instrument._warn import warn_once
 from instrument.hooks import patches, untraced
 from instrument.regions.decorators import direct_call, in_region
-from instrument.regions.frames import Frame, _get, _set
+from instrument.regions.frames import Frame, get_top, set_top
 from instrument.regions.region import Region, region_for
 from instrument.registry import PathNode
 
@@ -59,6 +59,12 @@ compiling = torch.compiler.is_compiling
 _timed: weakref.WeakKeyDictionary[nn.Module, tuple[Region, ModuleHooks]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def timing_region(module: nn.Module) -> Region | None:
+    """The region an installed ``auto`` times ``module``'s forward as, or None."""
+    found = _timed.get(module)
+    return None if found is None else found[0]
 
 
 @dataclass(frozen=True)
@@ -325,25 +331,25 @@ class ModuleHooks:
         def enter(mod: nn.Module, grad_output: Any) -> None:
             if compiling():
                 return
-            top = _get()
-            if parent is not None and top[3] is parent:
+            top = get_top()
+            if parent is not None and top.owner is parent:
                 region.__enter__()
                 return
             node = anchor_of()
             for above in ancestors:
                 node = node.child(above.name, above.level, above.mode or "cpu")
-            if top[0] is not node:
-                frame: Frame = (node, 0, top, anchor_of, None)
-                _set(frame)
+            if top.node is not node:
+                frame = Frame(node, 0, top, anchor_of, None)
+                set_top(frame)
             region.__enter__()
 
         def leave(mod: nn.Module, grad_input: Any, grad_output: Any) -> None:
             if compiling():
                 return
             region.__exit__(None, None, None)
-            top = _get()
-            if top[3] is anchor_of:
-                _set(top[2])
+            top = get_top()
+            if top.owner is anchor_of:
+                set_top(top.parent)
 
         self._own(enter, leave)
         self._backward[module] = [
@@ -493,7 +499,7 @@ def _optimized_call(original: Callable[..., Any]) -> Callable[..., Any]:
         if inner is None or compiling():
             return original(self, *args, **kwargs)
         found = _timed.get(inner)
-        if found is None or _get()[3] is found[0]:
+        if found is None or get_top().owner is found[0]:
             return original(self, *args, **kwargs)
         found[1].compiled(inner)
         with found[0]:

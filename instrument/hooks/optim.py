@@ -40,7 +40,7 @@ from instrument.hooks import eager, patches
 from instrument.hooks.eager import outside
 from instrument.regions import native
 from instrument.regions.decorators import decorate
-from instrument.regions.frames import Frame, _close, _get, _set, abandon
+from instrument.regions.frames import Frame, abandon, close, get_top, set_top
 from instrument.regions.region import region_for
 
 # True only while Dynamo traces the caller (a compiled optimizer step)
@@ -168,7 +168,7 @@ class OptimizerHooks:
         if tracing():  # a compiled step: this hook runs outside the graph (hooks.eager)
             return self._pre_outside(call, optimizer, args, kwargs)
         region = self._region
-        if _get()[3] is region:
+        if get_top().owner is region:
             if call.running and call.entered:
                 # torch runs the hooks again when a subclass's step() calls super().step():
                 # one region, one step (and its closure is timed already)
@@ -194,7 +194,7 @@ class OptimizerHooks:
 
     def _raised(self, error: BaseException) -> None:
         """``step()`` raised past its post hook: close the region its pre hook opened."""
-        if _get()[3] is self._region:
+        if get_top().owner is self._region:
             self._region.__exit__(type(error), error, error.__traceback__)
 
     def _hooked_step(
@@ -229,23 +229,23 @@ class OptimizerHooks:
         region = self._region
 
         def timed_closure(*args: Any, **kwargs: Any) -> Any:
-            frame = _get()
-            if frame[3] is not region:  # optimizer not timed (disabled), or called elsewhere
+            frame = get_top()
+            if frame.owner is not region:  # optimizer not timed (disabled), or called elsewhere
                 return closure(*args, **kwargs)
             sync = region.mode == "sync"
             if sync:
                 clocks.synchronize()
-            _set(frame[2])
+            set_top(frame.parent)
             now = region._now
             t0 = now()
             try:
                 result = closure(*args, **kwargs)
             except BaseException:
                 # the step ends here: record the update's time so far, leave the stack clean
-                _set(_resumed(frame, now() - t0, sync))
-                _close(_get())
+                set_top(resumed(frame, now() - t0, sync))
+                close(get_top())
                 raise
-            _set(_resumed(frame, now() - t0, sync))
+            set_top(resumed(frame, now() - t0, sync))
             return result
 
         return timed_closure
@@ -275,7 +275,7 @@ class OptimizerHooks:
         """A step that wraps ``optimizer``'s (``GradScaler.step(optimizer)``, a DeepSpeed
         engine's ``step()``): time it whole, the optimizer's own hooks standing aside; end
         the iteration even if it skipped the update (counted)."""
-        if self._scaled or _get()[3] is self._region:
+        if self._scaled or get_top().owner is self._region:
             return call(*args, **kwargs)
         self._scaled, self._stepped = True, False
         try:
@@ -296,7 +296,7 @@ class OptimizerHooks:
             step()
 
 
-def _resumed(frame: Frame, spent: int, sync: bool) -> Frame:
+def resumed(frame: Frame, spent: int, sync: bool) -> Frame:
     """``frame`` back on top of its parent, its start moved later by ``spent`` ns."""
     if sync:
         clocks.synchronize()
@@ -304,11 +304,11 @@ def _resumed(frame: Frame, spent: int, sync: bool) -> Frame:
     if event is not None:  # the device pair restarts after the closure
         clocks.events.release(torch.cuda.current_device(), [event])
         event = clocks.record_event()
-    if observe._open:
-        opened = observe._open.pop((node, t0), None)
+    if observe.open_ranges:
+        opened = observe.open_ranges.pop((node, t0), None)
         if opened is not None:
-            observe._open[(node, t0 + spent)] = opened
-    return (node, t0 + spent, parent, owner, event)
+            observe.open_ranges[(node, t0 + spent)] = opened
+    return Frame(node, t0 + spent, parent, owner, event)
 
 
 class _PyCall:
@@ -361,7 +361,7 @@ def _guard(opt: torch.optim.Optimizer, call: _Call, hooks: OptimizerHooks) -> ty
                 timed = hooks._timed_closure_args(args, kwargs)
                 if timed is not None:
                     args, kwargs = timed
-            if _get()[3] is region:
+            if get_top().owner is region:
                 abandon(region)  # a step that raised outside its guard: no post hook ran
             region.__enter__()
             try:

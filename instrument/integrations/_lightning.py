@@ -21,68 +21,31 @@ these pieces to the two package names.
 from __future__ import annotations
 
 import functools
+import inspect
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from instrument import clocks, registry
 from instrument._warn import warn_once
-from instrument.auto import FORWARD_UNSEEN, AutoHandle, auto
+from instrument.auto import FORWARD_UNSEEN, AutoHandle, auto_with, check_count_batch
+from instrument.diagnosis import Thresholds
 from instrument.hooks import data as data_hooks
-from instrument.hooks import modules as module_hooks
 from instrument.hooks.collectives import hook_ddp
-from instrument.hooks.optim import _resumed
+from instrument.hooks.optim import resumed
 from instrument.hooks.patches import put_on_instance
 from instrument.integrations.figures import LOG_MODES, figures
-from instrument.regions.frames import _get, _set
-from instrument.regions.region import Region, check_level, region_for
-from instrument.regions.timer import Timer, timer
+from instrument.options import DEFAULTS, AutoOptions
+from instrument.regions.frames import get_top, set_top
+from instrument.regions.region import Region, region_for
+from instrument.regions.timer import Timer
 from instrument.report import Report
-from instrument.reporter import (
-    Reporter,
-    _check_every,
-    _check_flops,
-    _check_normalizer,
-    _check_ranks,
-)
+from instrument.reporter import Reporter
 from instrument.sinks.base import Sink
 from instrument.sinks.console import Console
-
-#: ``count_batch(batch) -> (samples, tokens)``; either may be ``None`` (not known).
-BatchCounter = Callable[[Any], tuple[int | None, int | None]]
-
-
-def batch_counts(batch: Any) -> tuple[int | None, int | None]:
-    """The samples of a batch (the first dimension of the first tensor found in it, looking
-    into tuples, lists and mappings) and its tokens (``input_ids.numel()`` of a mapping with
-    a 2-d ``input_ids``); ``None`` for what cannot be told."""
-    tokens = None
-    if isinstance(batch, Mapping):
-        ids = batch.get("input_ids")
-        if isinstance(ids, torch.Tensor) and ids.dim() == 2:
-            tokens = ids.numel()
-    return _first_dim(batch, 4), tokens
-
-
-def _first_dim(batch: Any, depth: int) -> int | None:
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if depth == 0:
-        return None
-    items: Iterable[Any]
-    if isinstance(batch, Mapping):
-        items = batch.values()
-    elif isinstance(batch, (tuple, list)):
-        items = batch
-    else:
-        return None
-    for item in items:
-        found = _first_dim(item, depth - 1)
-        if found is not None:
-            return found
-    return None
+from instrument.throughput import BatchCounter, batch_counts
 
 
 class ToLoggers(Sink):
@@ -156,18 +119,20 @@ class Session:
     def __init__(
         self,
         *,
-        every: int | None = 50,
-        sinks: Iterable[Any] | None = None,
-        reporter: Reporter | None = None,
-        depth: int | None = None,
-        include: Any = None,
-        exclude: Any = None,
-        backward: bool | str = True,
-        collectives: bool = True,
-        clock: object = "auto",
-        normalizer: float | str = "steps",
-        flops_per_step: float | str | None = None,
-        ranks: str = "local",
+        every: int | None = DEFAULTS.every,
+        depth: int | None = DEFAULTS.depth,
+        include: str | type | Iterable[str | type] | None = DEFAULTS.include,
+        exclude: str | type | Iterable[str | type] | None = DEFAULTS.exclude,
+        backward: bool | str = DEFAULTS.backward,
+        collectives: bool = DEFAULTS.collectives,
+        clock: object = DEFAULTS.clock,
+        sinks: Iterable[Any] | None = DEFAULTS.sinks,
+        reporter: Reporter | None = DEFAULTS.reporter,
+        normalizer: float | str = DEFAULTS.normalizer,
+        flops_per_step: float | str | None = DEFAULTS.flops_per_step,
+        peak_flops: float | None = DEFAULTS.peak_flops,
+        ranks: str = DEFAULTS.ranks,
+        diagnose: bool | Thresholds = DEFAULTS.diagnose,
         count_batch: BatchCounter | str | None = "auto",
         log: str = "compact",
         log_depth: int = 1,
@@ -177,52 +142,27 @@ class Session:
         if isinstance(log_depth, bool) or not isinstance(log_depth, int) or log_depth < 1:
             raise ValueError(f"log_depth must be an int >= 1, got {log_depth!r}")
         self._log, self._log_depth = log, log_depth
-        if reporter is not None and (
-            sinks is not None
-            or every != 50
-            or normalizer != "steps"
-            or flops_per_step is not None
-            or ranks != "local"
-        ):
-            raise ValueError(
-                "pass either reporter= or every=/sinks=/normalizer=/flops_per_step=/ranks= (they "
-                "configure the reporter the integration makes), not both"
-            )
-        if reporter is not None and not isinstance(reporter, Reporter):
-            raise TypeError(
-                f"reporter must be an instrument.Reporter, got {type(reporter).__name__}"
-            )
-        self._every = _check_every(every)
-        self._normalizer = _check_normalizer(normalizer)
-        self._flops = _check_flops(flops_per_step)
-        self._ranks = _check_ranks(ranks)
-        self._sinks = None if sinks is None else list(sinks)
-        if depth is not None:
-            check_level(depth)
-        module_hooks.check_patterns(include, "include")
-        module_hooks.check_patterns(exclude, "exclude")
-        if not (backward is True or backward is False or backward == "modules"):
-            raise ValueError(
-                f"unknown backward {backward!r}; expected one of True, False, 'modules'"
-            )
-        clocks.check_clock(clock)
-        if count_batch == "auto":
-            count_batch = batch_counts
-        elif count_batch is not None and not callable(count_batch):
-            raise TypeError(
-                "count_batch must be 'auto', None, or a function of the batch returning "
-                f"(samples, tokens), got {count_batch!r}"
-            )
-        self._counter: BatchCounter | None = count_batch
-        self._auto = {
-            "depth": depth,
-            "include": include,
-            "exclude": exclude,
-            "backward": backward,
-            "collectives": collectives,
-            "clock": clock,
-        }
-        self._clock = None if clock == "auto" else clock
+        self._options = AutoOptions(
+            every=every,
+            depth=depth,
+            include=include,
+            exclude=exclude,
+            backward=backward,
+            collectives=collectives,
+            clock=clock,
+            sinks=None if sinks is None else list(sinks),
+            reporter=reporter,
+            normalizer=normalizer,
+            flops_per_step=flops_per_step,
+            peak_flops=peak_flops,
+            ranks=ranks,
+            diagnose=diagnose,
+        )
+        counter = check_count_batch(count_batch)
+        self._counter: BatchCounter | None = (
+            batch_counts if counter == "auto" else None if isinstance(counter, str) else counter
+        )
+        self._clock = self._options.region_clock
         self._given = reporter
         self._handle: AutoHandle | None = None
         self._reporter: Reporter | None = None
@@ -254,17 +194,12 @@ class Session:
             return
         reporter = self._given
         if reporter is None:
-            sinks = [Console()] if self._sinks is None else list(self._sinks)
+            given = self._options.sinks
+            sinks = [Console()] if given is None else list(given)
             if self._log != "none" and getattr(trainer, "loggers", None):
                 self._to_loggers = ToLoggers(trainer, self._log, self._log_depth)
                 sinks.append(self._to_loggers)
-            reporter = Reporter(
-                every=self._every,
-                sinks=sinks,
-                normalizer=self._normalizer,
-                flops_per_step=self._flops,
-                ranks=self._ranks,
-            )
+            reporter = self._options.make_reporter(sinks)
         self._reporter = reporter
         self._trainer = weakref.ref(trainer)
         self._undo = [put_on_instance(reporter, "step", self._holding(reporter.step))]
@@ -272,7 +207,8 @@ class Session:
             optimizers = list(trainer.optimizers)
             if isinstance(getattr(pl_module, "_compiler_ctx", None), dict):
                 _warn_compiled_training_step()
-            self._handle = auto(pl_module, optimizers, reporter=reporter, **self._auto)
+            options = self._options.with_reporter(reporter)
+            self._handle = auto_with(pl_module, optimizers, options)
             self._install(trainer, pl_module)
         except Exception as error:  # instrumentation never stops training
             self.stop()
@@ -301,7 +237,7 @@ class Session:
         if self._handle is None or getattr(trainer, "sanity_checking", False):
             return
         if self._validation is None:
-            self._validation = timer("validation", clock=self._clock)
+            self._validation = Timer("validation", clock=self._clock)
         if not self._validation.running:
             self._validation.start()
 
@@ -367,7 +303,7 @@ class Session:
             # route it to the inner optimizer's timed one
             undo.append(put_on_instance(wrapper, "zero_grad", outside(inner.zero_grad)))
             undo.append(put_on_instance(wrapper, "step", outside(wrapper.step)))
-        if self._auto["collectives"]:  # DDP wraps the LightningModule in the strategy
+        if self._options.collectives:  # DDP wraps the LightningModule in the strategy
             hook_ddp(getattr(strategy, "model", None))
         self._time_data(trainer)
 
@@ -418,7 +354,7 @@ class Session:
             return
         try:
             samples, tokens = counter(batch)
-            reporter.count(samples=samples, tokens=tokens)
+            reporter.count_into_step(samples, tokens)
         except Exception as error:  # never let counting stop training
             self._counter = None
             warn_once(
@@ -478,19 +414,19 @@ class Session:
 
         @functools.wraps(call)
         def outside(*args: Any, **kwargs: Any) -> Any:
-            frame = _get()
-            if frame[3] is not region:
+            frame = get_top()
+            if frame.owner is not region:
                 return call(*args, **kwargs)
             sync = region.mode == "sync"
             if sync:
                 clocks.synchronize()
-            _set(frame[2])
+            set_top(frame.parent)
             now = region._now
             t0 = now()
             try:
                 return call(*args, **kwargs)
             finally:
-                _set(_resumed(frame, now() - t0, sync))
+                set_top(resumed(frame, now() - t0, sync))
 
         return outside
 
@@ -508,42 +444,10 @@ class CallbackHooks:
     """The Callback's hooks (mixed into ``lightning.pytorch.Callback`` and
     ``pytorch_lightning.Callback``); the options are :class:`Session`'s."""
 
-    def __init__(
-        self,
-        *,
-        every: int | None = 50,
-        sinks: Iterable[Any] | None = None,
-        reporter: Reporter | None = None,
-        depth: int | None = None,
-        include: Any = None,
-        exclude: Any = None,
-        backward: bool | str = True,
-        collectives: bool = True,
-        clock: object = "auto",
-        normalizer: float | str = "steps",
-        flops_per_step: float | str | None = None,
-        ranks: str = "local",
-        count_batch: BatchCounter | str | None = "auto",
-        log: str = "compact",
-        log_depth: int = 1,
-    ) -> None:
-        self.session = Session(
-            every=every,
-            sinks=sinks,
-            reporter=reporter,
-            depth=depth,
-            include=include,
-            exclude=exclude,
-            backward=backward,
-            collectives=collectives,
-            clock=clock,
-            normalizer=normalizer,
-            flops_per_step=flops_per_step,
-            ranks=ranks,
-            count_batch=count_batch,
-            log=log,
-            log_depth=log_depth,
-        )
+    def __init__(self, **options: Any) -> None:
+        self.session = Session(**options)
+
+    __init__.__signature__ = inspect.signature(Session.__init__)  # type: ignore[attr-defined]
 
     @property
     def reporter(self) -> Reporter | None:
@@ -588,6 +492,8 @@ class ProfilerHooks:
     def __init__(self, **options: Any) -> None:
         super().__init__()  # Lightning's Profiler, next in the subclass's bases
         self._callback = self.callback_class(**options)
+
+    __init__.__signature__ = inspect.signature(Session.__init__)  # type: ignore[attr-defined]
 
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         """Lightning's ``Profiler.setup``, then the Callback joins the Trainer's callbacks."""

@@ -17,12 +17,8 @@ from __future__ import annotations
 from lightning.pytorch import Callback
 from lightning.pytorch.profilers import Profiler
 
-from instrument.integrations._lightning import (
-    BatchCounter,
-    CallbackHooks,
-    ProfilerHooks,
-    batch_counts,
-)
+from instrument.integrations._lightning import CallbackHooks, ProfilerHooks
+from instrument.throughput import BatchCounter, batch_counts
 
 __all__ = ["BatchCounter", "InstrumentCallback", "InstrumentProfiler", "batch_counts"]
 
@@ -34,9 +30,11 @@ class InstrumentCallback(CallbackHooks, Callback):
         every: Optimizer steps between reports (``None``: only at the end of ``fit``).
         sinks: Where reports go (default: the console).
         reporter: Use this reporter instead (then leave ``every``, ``sinks``,
-            ``normalizer``, ``flops_per_step`` and ``ranks`` alone); it is not closed.
+            ``normalizer``, ``flops_per_step``, ``peak_flops``, ``ranks`` and ``diagnose``
+            alone); it is not closed.
         depth, include, exclude, backward, collectives, clock, normalizer,
-            flops_per_step, ranks: As for :func:`instrument.auto`.
+            flops_per_step, peak_flops, ranks, diagnose: As for :func:`instrument.auto`
+            (:class:`instrument.options.AutoOptions`: the same names and defaults).
         count_batch: ``"auto"`` counts samples (the first dimension of the batch's first
             tensor) and tokens (``input_ids.numel()`` of a dict batch) from each
             ``training_step``'s batch; a function ``batch -> (samples, tokens)``; or None.

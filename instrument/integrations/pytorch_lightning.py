@@ -11,12 +11,8 @@ from __future__ import annotations
 from pytorch_lightning import Callback
 from pytorch_lightning.profilers import Profiler
 
-from instrument.integrations._lightning import (
-    BatchCounter,
-    CallbackHooks,
-    ProfilerHooks,
-    batch_counts,
-)
+from instrument.integrations._lightning import CallbackHooks, ProfilerHooks
+from instrument.throughput import BatchCounter, batch_counts
 
 __all__ = ["BatchCounter", "InstrumentCallback", "InstrumentProfiler", "batch_counts"]
 

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -30,15 +31,19 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
-from instrument._warn import warn_once
-from instrument.auto import AutoHandle, auto
+from instrument._warn import deprecated, warn_once
+from instrument.auto import AutoHandle, Loop, auto_with, check_count_batch
+from instrument.diagnosis import Thresholds
 from instrument.hooks import data as data_hooks
 from instrument.hooks import patches
 from instrument.hooks.collectives import hook_ddp
 from instrument.integrations.figures import LOG_MODES, figures
+from instrument.options import DEFAULTS, AutoOptions
 from instrument.regions.region import Region, region_for
 from instrument.report import Report
+from instrument.reporter import Reporter
 from instrument.sinks.console import Console
+from instrument.throughput import BatchCounter
 
 
 def count_batch(batch: Any) -> tuple[int | None, int | None]:
@@ -57,14 +62,17 @@ class InstrumentCallback(TrainerCallback):
     Args:
         every: Optimizer steps per report; ``None``: the Trainer's ``logging_steps`` when
             logging by steps (so each log gets a fresh report), else 50.
-        sinks: Where reports go (default: the console tree).
+        depth, include, exclude, backward, collectives, clock, sinks, reporter,
+            normalizer, flops_per_step, peak_flops, ranks, diagnose: As for
+            :func:`instrument.auto` (:class:`instrument.options.AutoOptions`: the same names
+            and defaults). A given ``reporter`` also feeds the Trainer's logs and is not
+            closed at the end.
+        count_batch: ``"auto"`` counts samples and tokens from each batch's ``input_ids``
+            (:func:`count_batch`); a function ``batch -> (samples, tokens)``; or None.
         log: Add each report's figures to the Trainer's logs: "compact" (region times down
             to ``log_depth``, step time, throughput), "all" (every scalar) or "none".
         log_depth: Path levels logged in "compact" mode.
-        count_tokens: Count samples and tokens from the batches' ``input_ids``.
-        auto_options: Passed on to :func:`instrument.auto` (``depth``, ``include``,
-            ``exclude``, ``backward``, ``collectives``, ``clock``, ``flops_per_step``,
-            ``peak_flops``, ``ranks``, ``normalizer``).
+        count_tokens: Deprecated: ``False`` is ``count_batch=None``.
 
     Distributed: construct it on every rank; with ``ranks`` other than "local" each flush
     is collective, and every rank flushes at the same optimizer steps.
@@ -74,27 +82,51 @@ class InstrumentCallback(TrainerCallback):
         self,
         every: int | None = None,
         *,
-        sinks: Iterable[Any] | None = None,
+        depth: int | None = DEFAULTS.depth,
+        include: str | type | Iterable[str | type] | None = DEFAULTS.include,
+        exclude: str | type | Iterable[str | type] | None = DEFAULTS.exclude,
+        backward: bool | str = DEFAULTS.backward,
+        collectives: bool = DEFAULTS.collectives,
+        clock: object = DEFAULTS.clock,
+        sinks: Iterable[Any] | None = DEFAULTS.sinks,
+        reporter: Reporter | None = DEFAULTS.reporter,
+        normalizer: float | str = DEFAULTS.normalizer,
+        flops_per_step: float | str | None = DEFAULTS.flops_per_step,
+        peak_flops: float | None = DEFAULTS.peak_flops,
+        ranks: str = DEFAULTS.ranks,
+        diagnose: bool | Thresholds = DEFAULTS.diagnose,
+        count_batch: BatchCounter | str | None = "auto",
         log: str = "compact",
         log_depth: int = 1,
-        count_tokens: bool = True,
-        **auto_options: Any,
+        count_tokens: bool | None = None,
     ) -> None:
         if log not in LOG_MODES:
             raise ValueError(f"unknown log {log!r}; expected one of 'compact', 'all', 'none'")
-        for name in ("model", "optimizer", "dataloader", "lr_scheduler", "reporter", "sinks"):
-            if name in auto_options:
-                raise TypeError(
-                    f"InstrumentCallback takes no {name}=: the Trainer's own is used"
-                    if name != "reporter"
-                    else "InstrumentCallback makes its reporter; pass every=/sinks= instead"
-                )
+        if count_tokens is not None:
+            deprecated("InstrumentCallback(count_tokens=)", "count_batch= ('auto' or None)")
+            count_batch = "auto" if count_tokens else None
+        self.options = AutoOptions(
+            every=DEFAULTS.every if every is None else every,
+            depth=depth,
+            include=include,
+            exclude=exclude,
+            backward=backward,
+            collectives=collectives,
+            clock=clock,
+            sinks=None if sinks is None else list(sinks),
+            reporter=reporter,
+            normalizer=normalizer,
+            flops_per_step=flops_per_step,
+            peak_flops=peak_flops,
+            ranks=ranks,
+            diagnose=diagnose,
+        )
+        self.count_batch = check_count_batch(count_batch)
         self.every = every
         self.log = log
         self.log_depth = log_depth
-        self.count_tokens = count_tokens
-        self._sinks = None if sinks is None else list(sinks)
-        self._options = auto_options
+        if reporter is not None:
+            reporter.add_sink(self._keep)
         self.handle: AutoHandle | None = None
         self._undo: list[Callable[[], None]] = []  # what the integration patched
         self.reports: list[Report] = []  # reports not yet logged
@@ -120,29 +152,15 @@ class InstrumentCallback(TrainerCallback):
         self.remove()
         if model is None:
             raise ValueError("InstrumentCallback needs the Trainer's model (got None)")
-        every = self.every
-        if every is None:
-            strategy = getattr(args, "logging_strategy", "")
-            logging_by_steps = str(getattr(strategy, "value", strategy)).lower() == "steps"
-            # (a ratio of the run, logging_steps < 1, the Trainer has made a count by now)
-            steps: Any = getattr(state, "logging_steps", None) or getattr(args, "logging_steps", 0)
-            every = int(steps) if logging_by_steps and steps >= 1 else 50
-        sinks = [Console()] if self._sinks is None else list(self._sinks)
-        counting = self.count_tokens and train_dataloader is not None
-        options: dict[str, Any] = {
-            "every": every,
-            "sinks": [*sinks, self._keep],
-            "lr_scheduler": lr_scheduler,
-            **self._options,
-        }
+        options = self.options
+        if options.reporter is None:
+            sinks = [Console()] if options.sinks is None else list(options.sinks)
+            every = self.every if self.every is not None else _logging_every(args, state)
+            options = dataclasses.replace(options, every=every, sinks=[*sinks, self._keep])
+        counter = count_batch if self.count_batch == "auto" else self.count_batch
+        loop = Loop(train_dataloader, lr_scheduler, None if train_dataloader is None else counter)
         try:
-            self.handle = auto(
-                model,
-                optimizer,
-                dataloader=train_dataloader,
-                count_batch=count_batch if counting else None,
-                **options,
-            )
+            self.handle = auto_with(model, optimizer, options, loop)
         except TypeError as error:
             if train_dataloader is None or "in place" not in str(error):
                 raise
@@ -151,11 +169,10 @@ class InstrumentCallback(TrainerCallback):
                 f"instrument: {error}; training goes on without the 'data' line",
                 stacklevel=2,
             )
-            self.handle = auto(model, optimizer, **options)
-        if self._options.get("collectives", True):  # the Trainer's DDP wraps model
+            self.handle = auto_with(model, optimizer, options, Loop(None, lr_scheduler))
+        if options.collectives:  # the Trainer's DDP wraps model
             hook_ddp(getattr(_calling_trainer(sys._getframe(1)), "model_wrapped", None))
-        clock = self._options.get("clock")
-        self._undo = _time_trainer(None if clock == "auto" else clock)  # as auto() does
+        self._undo = _time_trainer(options.region_clock)  # as auto() does
         if train_dataloader is not None:
             self._undo.append(_time_skipping_loaders())
         if self.log != "none":
@@ -192,6 +209,15 @@ class InstrumentCallback(TrainerCallback):
         if handle is not None:
             handle.remove()
         self.reports = []
+
+
+def _logging_every(args: Any, state: Any) -> int:
+    """The Trainer's ``logging_steps`` when it logs by steps, else 50."""
+    strategy = getattr(args, "logging_strategy", "")
+    logging_by_steps = str(getattr(strategy, "value", strategy)).lower() == "steps"
+    # (a ratio of the run, logging_steps < 1, the Trainer has made a count by now)
+    steps: Any = getattr(state, "logging_steps", None) or getattr(args, "logging_steps", 0)
+    return int(steps) if logging_by_steps and steps >= 1 else 50
 
 
 def _time_trainer(clock: object = None) -> list[Callable[[], None]]:

@@ -17,7 +17,7 @@ import wrapt
 
 import instrument.regions.region as region_module
 from instrument.regions import native
-from instrument.regions.frames import _close, _get, _set
+from instrument.regions.frames import Frame, close, get_top, new_frame, set_top
 from instrument.regions.region import CPU, CpuRegion, Region, region_for
 from instrument.registry import CHUNK, fold
 
@@ -102,7 +102,7 @@ def in_region(func: Callable[..., Any], region: Region) -> Callable[..., Any]:
     return in_region
 
 
-class _NamedByFunction:
+class NamedByFunction:
     """``timed()`` / ``timed(clock=...)`` with no name: a decorator naming by ``__qualname__``."""
 
     __slots__ = ("clock", "level")
@@ -112,7 +112,7 @@ class _NamedByFunction:
         self.level = level
 
     def __call__(self, func: F) -> F:
-        return decorate(func, region_for(_qualname(func), self.clock, self.level))
+        return decorate(func, region_for(qualname(func), self.clock, self.level))
 
     def __enter__(self) -> None:
         raise TypeError("timed() needs a name when used as a context manager: timed('name')")
@@ -121,7 +121,7 @@ class _NamedByFunction:
         return None
 
 
-def _qualname(func: Any) -> str:
+def qualname(func: Any) -> str:
     target = getattr(func, "__func__", func)
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
     if not isinstance(name, str):
@@ -129,7 +129,7 @@ def _qualname(func: Any) -> str:
     return name.replace("/", ".")
 
 
-def _is_decoratable(obj: object) -> bool:
+def is_decoratable(obj: object) -> bool:
     return callable(obj) or isinstance(obj, (classmethod, staticmethod))
 
 
@@ -145,13 +145,13 @@ def _sync_wrapper(region: Region) -> Callable[..., Any]:
             if r.mode is None:
                 return wrapped(*args, **kwargs)
             return r._call(wrapped, args, kwargs)
-        parent = _get()
-        node = parent[0].children.get(name)
+        parent = get_top()
+        node = parent.node.children.get(name)
         if node is None:
-            node = parent[0].child(name, r.level, CPU)
+            node = parent.node.child(name, r.level, CPU)
         now = r._now
         t0 = now()
-        _set((node, t0, parent, r, None))
+        set_top(new_frame(Frame, (node, t0, parent, r, None)))
         ok = False
         try:
             result = wrapped(*args, **kwargs)
@@ -161,11 +161,11 @@ def _sync_wrapper(region: Region) -> Callable[..., Any]:
             try:
                 t1 = now()
             except BaseException:
-                _set(parent)
+                set_top(parent)
                 if ok:  # the clock's error; never in place of the call's own
                     raise
             else:
-                _set(parent)
+                set_top(parent)
                 buf = node.buf
                 buf.append(t1 - t0)
                 if len(buf) >= CHUNK:
@@ -184,7 +184,7 @@ def _async_wrapper(region: Region) -> Callable[..., Any]:
             return result
         finally:
             if frame is not None:
-                _close(frame, failing=not ok)
+                close(frame, failing=not ok)
 
     return wrapper
 
@@ -211,7 +211,7 @@ def _timed_generator(region: Region, gen: Generator[Any, Any, Any]) -> Generator
             return stop.value
         finally:
             if frame is not None:
-                _close(frame, failing=not ok)
+                close(frame, failing=not ok)
         try:
             sent = yield item
             thrown = None
@@ -246,7 +246,7 @@ async def _timed_async_generator(
             return
         finally:
             if frame is not None:
-                _close(frame, failing=not ok)
+                close(frame, failing=not ok)
         try:
             sent = yield item
             thrown = None

@@ -2,9 +2,11 @@
 region's frame enters and leaves it. This is the definition; the C accelerator
 (:mod:`instrument.regions.native`) implements the same functions, never a second semantics.
 
-A *frame* is one open region: the tuple ``(node, t0, parent_frame, owner, event)`` — its path
-node in :mod:`instrument.registry`, the start time in ns, the frame it was opened under, the
-region object that opened it, and its start CUDA event (or None). The innermost frame is held
+A *frame* is one open region: a :class:`Frame` ``(node, t0, parent, owner, event)`` — its
+path node in :mod:`instrument.registry`, the start time in ns, the frame it was opened under,
+the region object that opened it, and its start CUDA event (or None). Python reads its fields
+by name; the C accelerator builds frames of the same type (it takes the type from
+``ROOT_FRAME`` when the stack is bound) and reads them by position. The innermost frame is held
 in the context variable ``_frame``; ``ROOT_FRAME`` (the root node, no parent) means "no region
 open". Frames are immutable, so a stack is just its innermost frame.
 
@@ -17,9 +19,9 @@ The state machine (every transition reads and writes only this context's innermo
   restore its parent and record the duration. Otherwise (an inner region was left open) close
   this region's innermost frame further down — see *exit by token*. A region exited with no
   open frame in this context records nothing and warns once.
-- **exit by token** (:func:`_close`, used by decorators, ``Timer.stop`` and hooks that keep the
+- **exit by token** (:func:`close`, used by decorators, ``Timer.stop`` and hooks that keep the
   frame they opened): take exactly that frame off this context's stack wherever it is
-  (:func:`_unlink`), keeping the frames above it (rebuilt on the frame below), and record it.
+  (:func:`unlink`), keeping the frames above it (rebuilt on the frame below), and record it.
   A frame that is not on this context's stack (closed from another thread or task) is recorded
   and kept out of the open-region report (``registry.closed_elsewhere``).
 - **exception**: the same as exit; the exception propagates unchanged.
@@ -62,7 +64,7 @@ code holds is never reused, so no one can see the difference.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from instrument import clocks, observe, registry
 from instrument.regions import native
@@ -71,75 +73,89 @@ from instrument.registry import ROOT, PathNode
 if TYPE_CHECKING:
     from instrument.regions.region import Region
 
-# (node, t0 in ns, parent frame, owner region, start event or None)
-Frame = tuple[PathNode, int, Any, Any, Any]
-ROOT_FRAME: Frame = (ROOT, 0, None, None, None)
+
+class Frame(NamedTuple):
+    """One open region (see the module doc). Frames are immutable: a stack is its innermost
+    frame, and ``parent`` links it to the rest."""
+
+    node: PathNode  #: the region's path node
+    t0: int  #: the start time, in ns of the owner's clock
+    parent: Any  #: the frame it was opened under (a Frame; None for the root frame)
+    owner: Any  #: the region object that opened it (None for the root frame)
+    event: Any  #: its start CUDA event, or None
+
+
+ROOT_FRAME = Frame(ROOT, 0, None, None, None)
+#: ``new_frame(Frame, (node, t0, parent, owner, event))``: a Frame made without the
+#: NamedTuple's keyword-argument constructor (a third of its cost; the Python hot paths').
+new_frame = tuple.__new__
 _frame: ContextVar[Frame] = ContextVar("instrument_frame", default=ROOT_FRAME)
 
-#: The innermost frame of this context, and making a frame the innermost (C: get_top/set_top).
-_get, _set = native.frame_accessors(_frame, ROOT_FRAME)
+#: ``get_top()``: the innermost frame of this context; ``set_top(frame)``: make ``frame``
+#: the innermost (the C accelerator's functions of the same names where it is built).
+get_top, set_top = native.frame_accessors(_frame, ROOT_FRAME)
 
 
 def current_path() -> str:
     """The path of the innermost open region in this context ("" at top level)."""
-    return _get()[0].path
+    return get_top().node.path
 
 
 def _same(a: Frame, b: Frame) -> bool:
-    return a is b or (a[3] is b[3] and a[1] == b[1] and a[0] is b[0])
+    return a is b or (a.owner is b.owner and a.t0 == b.t0 and a.node is b.node)
 
 
-def _unlink(frame: Frame) -> bool:
+def unlink(frame: Frame) -> bool:
     """Take ``frame`` off this context's stack, wherever it is (exit by token); False if it
     is not on this context's stack (closed from another thread or task, or already gone)."""
-    top = _get()
+    top = get_top()
     if top is frame:
-        _set(frame[2])
+        set_top(frame.parent)
         return True
     above: list[Frame] = []
     current: Frame | None = top
     while current is not None and not _same(current, frame):
         above.append(current)
-        current = current[2]
+        current = current.parent
     if current is None:
         return False
-    rebuilt = current[2]
+    rebuilt = current.parent
     for f in reversed(above):
-        rebuilt = (f[0], f[1], rebuilt, f[3], f[4])
-    _set(rebuilt)
+        rebuilt = f._replace(parent=rebuilt)
+    set_top(rebuilt)
     return True
 
 
 def abandon(region: Region) -> None:
     """Drop ``region``'s innermost open frame in this context without recording it."""
-    top = _get()
-    if top[3] is region:
-        _set(top[2])
+    top = get_top()
+    if top.owner is region:
+        set_top(top.parent)
 
 
-def _close(frame: Frame, failing: bool = False) -> None:
+def close(frame: Frame, failing: bool = False) -> None:
     """Stop timing ``frame``: read the clock(s), unlink it, record the duration.
 
     If the clock raises, ``frame`` is unlinked and nothing is recorded; the clock's error
     propagates unless the block itself is ``failing`` (raising), whose exception then
     propagates unchanged."""
-    owner = frame[3]
+    owner = frame.owner
     if owner.mode == "sync":
         clocks.synchronize()
-    start_event = frame[4]
+    start_event = frame.event
     end_event = clocks.record_event() if start_event is not None else None
     try:
         t1 = owner._now()
     except BaseException:
-        _unlink(frame)
+        unlink(frame)
         if failing:
             return
         raise
-    if owner._observed or observe._open or observe.trace is not None:
+    if owner._observed or observe.open_ranges or observe.trace is not None:
         observe.exited(frame, t1)
-    if not _unlink(frame):  # it stays on its own context's stack: never report it as open
-        registry.closed_elsewhere(frame[0], frame[1])
-    node = frame[0]
+    if not unlink(frame):  # it stays on its own context's stack: never report it as open
+        registry.closed_elsewhere(frame.node, frame.t0)
+    node = frame.node
     if end_event is not None:
         registry.pending.append((node, start_event, end_event, clocks.cuda.current_device()))
-    node.add(t1 - frame[1])
+    node.add(t1 - frame.t0)

@@ -7,7 +7,7 @@ the same semantics. Each function below returns (or installs) the C version when
 is loaded and leaves the Python definition in place otherwise (no extension built, or
 ``INSTRUMENT_NO_EXTENSIONS=1``). Its callers, one line each, are the only swap points:
 
-- ``frames._get`` / ``frames._set`` (:func:`frame_accessors`): ``get_top`` / ``set_top``;
+- ``frames.get_top`` / ``frames.set_top`` (:func:`frame_accessors`): ``get_top`` / ``set_top``;
 - ``CpuRegion.__enter__/__exit__`` and ``SkippedRegion.__enter__/__exit__``
   (:func:`install_region_methods`): ``RegionBase._cpu_enter/_cpu_exit/_skip_enter/_skip_exit``,
   descriptors that bind to the same builtin method of a region every time (a ``with``

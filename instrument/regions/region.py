@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from instrument import _fields, _state, clocks, observe, registry
 from instrument._warn import warn_once
 from instrument.regions import native
-from instrument.regions.frames import Frame, _close, _get, _set, _unlink
+from instrument.regions.frames import Frame, close, get_top, new_frame, set_top, unlink
 from instrument.registry import CHUNK, OVERFLOW, fold
 from instrument.report import FLUSH_ROW, OTHER_ROW
 
 F = TypeVar("F", bound=Callable[..., Any])
 CPU = "cpu"
 
-_lock = threading.Lock()
+lock = threading.Lock()
 
 
 def _decorators_not_imported(func: Any, region: Region) -> Any:
@@ -139,26 +139,26 @@ class Region(RegionBase):
         raise NotImplementedError
 
     def _open(self) -> Frame | None:
-        """Start timing in this context; the frame to give to :func:`_close` (None: skipped)."""
-        parent = _get()
-        node = parent[0].children.get(self.name)
+        """Start timing in this context; the frame to give to :func:`close` (None: skipped)."""
+        parent = get_top()
+        node = parent.node.children.get(self.name)
         if node is None:
-            node = parent[0].child(self.name, self.level, self.mode or CPU)
+            node = parent.node.child(self.name, self.level, self.mode or CPU)
         mode = self.mode
         if mode == "sync":
             clocks.synchronize()
         event = clocks.record_event() if mode == "cuda" else None
-        frame: Frame = (node, self._now(), parent, self, event)
-        _set(frame)
+        frame = new_frame(Frame, (node, self._now(), parent, self, event))
+        set_top(frame)
         if self._observed:
             observe.entered(self, frame)
         return frame
 
     def _innermost(self) -> Frame | None:
         """This region's innermost open frame in this context, or None."""
-        frame: Frame | None = _get()
-        while frame is not None and frame[3] is not self:
-            frame = frame[2]
+        frame: Frame | None = get_top()
+        while frame is not None and frame.owner is not self:
+            frame = frame.parent
         return frame
 
     def _exit_top(self, failing: bool = False) -> None:
@@ -172,14 +172,14 @@ class Region(RegionBase):
                 "context (entered in another thread or task?); nothing was recorded",
             )
             return
-        _close(frame, failing)
+        close(frame, failing)
 
     def _drop_innermost(self) -> None:
         """Take this region's innermost frame off this context's stack, recording nothing
         (its exit clock failed)."""
         frame = self._innermost()
         if frame is not None:
-            _unlink(frame)
+            unlink(frame)
 
     def _call(self, wrapped: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         frame = self._open()
@@ -190,7 +190,7 @@ class Region(RegionBase):
             return result
         finally:
             if frame is not None:
-                _close(frame, failing=not ok)
+                close(frame, failing=not ok)
 
 
 class CpuRegion(Region):
@@ -200,11 +200,11 @@ class CpuRegion(Region):
     mode = CPU
 
     def __enter__(self) -> Region:
-        parent = _get()
-        node = parent[0].children.get(self.name)
+        parent = get_top()
+        node = parent.node.children.get(self.name)
         if node is None:
-            node = parent[0].child(self.name, self.level, CPU)
-        _set((node, self._now(), parent, self, None))
+            node = parent.node.child(self.name, self.level, CPU)
+        set_top(new_frame(Frame, (node, self._now(), parent, self, None)))
         return self
 
     def __exit__(
@@ -220,14 +220,14 @@ class CpuRegion(Region):
             if exc_type is None:
                 raise
             return
-        frame = _get()
-        if frame[3] is not self or frame[4] is not None:
+        frame = get_top()
+        if frame.owner is not self or frame.event is not None:
             self._exit_top(exc_type is not None)
             return
-        _set(frame[2])
-        node = frame[0]
+        set_top(frame.parent)
+        node = frame.node
         buf = node.buf
-        buf.append(t1 - frame[1])
+        buf.append(t1 - frame.t0)
         if len(buf) >= CHUNK:
             fold(node)
 
@@ -304,8 +304,8 @@ class SkippedRegion(Region):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if _get()[3] is self:  # entered while enabled, exited after disable()
-            _close(_get(), exc_type is not None)
+        if get_top().owner is self:  # entered while enabled, exited after disable()
+            close(get_top(), exc_type is not None)
 
     def _open(self) -> Frame | None:
         return None
@@ -326,7 +326,7 @@ _OBSERVED_CLASSES: dict[str, type[Region]] = {
 }
 
 # default-option regions by name (the fast lookup), others by (name, clock, level)
-_by_name: dict[str, Region] = {}
+by_name: dict[str, Region] = {}
 _by_key: dict[tuple[str, object, int], Region] = {}
 
 
@@ -347,8 +347,8 @@ def apply(region: Region, *, warn: bool = False) -> None:
 
 def apply_all() -> None:
     """Re-resolve every live region (after ``configure``, ``enable`` or ``disable``)."""
-    with _lock:
-        regions = (*_by_name.values(), *_by_key.values())
+    with lock:
+        regions = (*by_name.values(), *_by_key.values())
     for region in regions:
         apply(region)
 
@@ -356,18 +356,18 @@ def apply_all() -> None:
 def region_for(name: str, clock: object = None, level: int = 0) -> Region:
     """The one cached region for this key, created and resolved on first use."""
     if clock is None and level == 0:
-        found = _by_name.get(name)
+        found = by_name.get(name)
         if found is not None:
             return found
     check_name(name)
     check_level(level)
     if clock is not None:
         clocks.check_clock(clock)
-    with _lock:
+    with lock:
         if clock is None and level == 0:
-            region = _by_name.get(name)
+            region = by_name.get(name)
             if region is None:
-                region = _by_name[name] = Region(name)
+                region = by_name[name] = Region(name)
                 apply(region)
         else:
             key = (name, clock, level)

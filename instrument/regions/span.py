@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from instrument import _state, clocks, registry
-from instrument.regions.frames import _get
+from instrument.regions.frames import get_top
 from instrument.regions.region import CPU, region_for
 from instrument.registry import PathNode
 
@@ -22,7 +22,7 @@ class Span:
     def __init__(self, name: str, nbytes: int = 0, *, parent: PathNode | None = None) -> None:
         region = region_for(name)
         mode = region.mode
-        under = _get()[0] if parent is None else parent
+        under = get_top().node if parent is None else parent
         node = under.children.get(name)
         if node is None:
             node = under.child(name, region.level, mode or CPU)

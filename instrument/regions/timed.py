@@ -9,8 +9,8 @@ from typing import Any, Protocol, TypeVar, overload
 
 from instrument import clocks, observe
 from instrument.regions import native
-from instrument.regions.decorators import _is_decoratable, _NamedByFunction, _qualname, decorate
-from instrument.regions.region import Region, _by_name, check_level, check_name, region_for
+from instrument.regions.decorators import NamedByFunction, decorate, is_decoratable, qualname
+from instrument.regions.region import Region, by_name, check_level, check_name, region_for
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: How long ``timed(name, barrier=True)`` waits for the other ranks by default.
@@ -55,7 +55,7 @@ def timed(
     barrier_timeout: timedelta | float = ...,
 ) -> BarrierTimed: ...
 @overload
-def timed(name: None = None, /, *, clock: object = None, level: int = 0) -> _NamedByFunction: ...
+def timed(name: None = None, /, *, clock: object = None, level: int = 0) -> NamedByFunction: ...
 def timed(
     name: Any = None,
     /,
@@ -106,18 +106,18 @@ def timed(
             region_for(check_name(name), clock, level), barrier_group, barrier_timeout
         )
     if clock is None and level == 0 and isinstance(name, str):
-        region = _by_name.get(name)
+        region = by_name.get(name)
         if region is not None:
             return region
     if name is None:
         check_level(level)
         if clock is not None:
             clocks.check_clock(clock)
-        return _NamedByFunction(clock, level)
-    if not isinstance(name, str) and _is_decoratable(name):
-        return decorate(name, region_for(_qualname(name), clock, level))
+        return NamedByFunction(clock, level)
+    if not isinstance(name, str) and is_decoratable(name):
+        return decorate(name, region_for(qualname(name), clock, level))
     return region_for(check_name(name), clock, level)
 
 
 # With the C accelerator: the same function, minus the Python-level call for ``timed("name")``.
-timed = native.fast_timed(timed, _by_name)
+timed = native.fast_timed(timed, by_name)

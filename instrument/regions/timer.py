@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from instrument.regions.frames import Frame, _close
+from instrument._warn import deprecated
+from instrument.regions.frames import Frame, close
 from instrument.regions.region import Region, region_for
 
 
 class Timer:
     """A region started and stopped by hand, for code that cannot use ``with``.
 
+    Args:
+        name: The region's name (or a :class:`Region`).
+        clock: As for :func:`instrument.timed`.
+        level: As for :func:`instrument.timed`.
+
     Example:
-        >>> t = instrument.timer("checkpoint")
+        >>> t = instrument.Timer("checkpoint")
         >>> t.start()
         >>> ...  # regions entered here nest under "checkpoint"
         >>> t.stop()
@@ -18,7 +24,13 @@ class Timer:
 
     __slots__ = ("_frame", "_running", "region")
 
-    def __init__(self, region: Region) -> None:
+    def __init__(self, name: str | Region, *, clock: object = None, level: int = 0) -> None:
+        if isinstance(name, Region):
+            if clock is not None or level:
+                raise ValueError("Timer(region) takes the region's clock and level: pass none")
+            region = name
+        else:
+            region = region_for(name, clock, level)
         self.region = region
         self._frame: Frame | None = None
         self._running = False
@@ -49,7 +61,7 @@ class Timer:
             raise RuntimeError(f"timer {self.name!r} was stopped without being started")
         frame, self._frame, self._running = self._frame, None, False
         if frame is not None:
-            _close(frame)
+            close(frame)
 
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped"
@@ -57,5 +69,6 @@ class Timer:
 
 
 def timer(name: str, *, clock: object = None, level: int = 0) -> Timer:
-    """A manual :class:`Timer` for region ``name`` (``start()`` / ``stop()``)."""
-    return Timer(region_for(name, clock, level))
+    """Deprecated spelling of :class:`Timer` (``Timer(name, clock=, level=)``)."""
+    deprecated("instrument.timer()", "instrument.Timer(name) (the same object)")
+    return Timer(name, clock=clock, level=level)

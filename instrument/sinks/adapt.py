@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TextIO, cast
 
 from instrument.report import Report
-from instrument.sinks.base import Sink, check_rank_filter
+from instrument.sinks.base import Sink, only_ranks_option
 from instrument.sinks.console import Console
 
 
@@ -31,7 +31,11 @@ class _Duck(Sink):
 
     def __init__(self, target: Any) -> None:
         self.target = target
-        self.ranks = check_rank_filter(getattr(target, "ranks", "all"))
+        only = getattr(target, "only_ranks", None)
+        if only is None:  # an object with the deprecated ``ranks`` (or neither)
+            self.only_ranks = only_ranks_option("all", getattr(target, "ranks", None))
+        else:
+            self.only_ranks = only_ranks_option(only)
 
     def write(self, report: Report) -> None:
         self.target.write(report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from instrument._warn import deprecated
 from instrument.report import Report
 
 if TYPE_CHECKING:
@@ -13,8 +14,16 @@ if TYPE_CHECKING:
 RankFilter = int | Collection[int] | str
 
 
+def only_ranks_option(only_ranks: object, ranks: object = None) -> RankFilter:
+    """A sink's ``only_ranks``, checked; ``ranks`` is its deprecated alias (used if given)."""
+    if ranks is not None:
+        deprecated("a sink's ranks=", "only_ranks= (the same filter)")
+        only_ranks = ranks
+    return check_rank_filter(only_ranks)
+
+
 def check_rank_filter(ranks: object) -> RankFilter:
-    """Validate a sink's ``ranks``: "all", one rank (int >= 0), or a collection of ranks."""
+    """Validate a sink's ``only_ranks``: "all", one rank (int >= 0), or a collection of ranks."""
     if ranks == "all":
         return "all"
     if isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 0:
@@ -42,16 +51,35 @@ class Sink:
     A sink never reaches back into the registry: it gets a frozen report. If ``write``
     raises, the reporter logs it once and carries on with the other sinks.
 
-    ``ranks`` says which ranks' reports the sink receives: "all" (the default here), one
+    ``only_ranks`` says which ranks' reports the sink receives: "all" (the default here), one
     rank, or a collection of ranks (the reporter checks ``report.rank``). Without a process
-    group every report is rank 0's.
+    group every report is rank 0's. (``ranks`` is a deprecated alias of ``only_ranks``.)
     """
 
-    ranks: RankFilter = "all"
+    only_ranks: RankFilter = "all"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        old = cls.__dict__.get("ranks")
+        if old is not None and not isinstance(old, property):  # a class-level ``ranks = 0``
+            deprecated(f"{cls.__name__}.ranks", "only_ranks (the same filter)")
+            cls.only_ranks = check_rank_filter(old)
+            del cls.ranks
+
+    @property
+    def ranks(self) -> RankFilter:
+        """Deprecated alias of :attr:`only_ranks`."""
+        deprecated("Sink.ranks", "Sink.only_ranks (the same filter)")
+        return self.only_ranks
+
+    @ranks.setter
+    def ranks(self, ranks: RankFilter) -> None:
+        deprecated("Sink.ranks", "Sink.only_ranks (the same filter)")
+        self.only_ranks = check_rank_filter(ranks)
 
     def wants(self, rank: int) -> bool:
         """Whether this sink receives the reports of ``rank``."""
-        ranks = self.ranks
+        ranks = self.only_ranks
         if ranks == "all":
             return True
         if isinstance(ranks, int):

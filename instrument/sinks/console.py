@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from instrument import checks
 from instrument.report import Report
-from instrument.sinks.base import RankFilter, Sink, check_rank_filter
+from instrument.sinks.base import RankFilter, Sink, only_ranks_option
 from instrument.tree import render_text
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class Console(Sink):
     Args:
         stream: Where to write; ``None`` means ``sys.stdout`` at write time.
         unicode: Box-drawing lines; ``None`` decides from the stream's encoding.
-        ranks: Which ranks print: rank 0 by default, "all", a rank, or several.
+        only_ranks: Which ranks print: rank 0 by default, "all", a rank, or several.
         fold: Fold rows under 1 % of the step and rows more than 3 levels deep (the largest
             child of a largest row stays) into ``… N more`` lines; ``False`` prints every row.
 
@@ -42,7 +42,7 @@ class Console(Sink):
     When the reporter closes, the run's summary follows (see :meth:`write_summary`).
 
     Distributed: construct it on every rank (the reporter's flush may be collective); only
-    the ranks in ``ranks`` print. With ``Reporter(ranks="max")`` rank 0's tree already shows
+    the ranks in ``only_ranks`` print. With ``Reporter(ranks="minmax")`` rank 0's tree already shows
     every rank's min, max and slowest rank.
     """
 
@@ -51,12 +51,13 @@ class Console(Sink):
         stream: TextIO | None = None,
         *,
         unicode: bool | None = None,
-        ranks: RankFilter = 0,
+        only_ranks: RankFilter = 0,
+        ranks: RankFilter | None = None,
         fold: bool = True,
     ) -> None:
         self.stream = checks.check_writable_stream("Console stream", stream)
         self.unicode = checks.check_optional_bool("Console unicode", unicode)
-        self.ranks = check_rank_filter(ranks)
+        self.only_ranks = only_ranks_option(only_ranks, ranks)
         self.fold = checks.check_bool("Console fold", fold)
         self._previous: Report | None = None
 

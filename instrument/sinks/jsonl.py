@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from instrument.lifecycle import ForkSafeLock, inherited
 from instrument.report import Report
-from instrument.sinks.base import RankFilter, Sink, check_rank_filter
+from instrument.sinks.base import RankFilter, Sink, only_ranks_option
 from instrument.sinks.files import rank_path, summary_path
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class JSONL(Sink):
 
     Args:
         path: The file (``str`` or path-like), conventionally ``*.jsonl``.
-        ranks: Which ranks write: "all" (the default), one rank, or a collection of ranks.
+        only_ranks: Which ranks write: "all" (the default), one rank, or a collection of ranks.
 
     Distributed: construct it on every rank; it calls no collective. In a single process
     ``path`` is used as is. With several ranks each rank writes its own file: a ``{rank}``
@@ -79,7 +79,13 @@ class JSONL(Sink):
         >>> reporter = instrument.Reporter(every=50, sinks=[instrument.sinks.JSONL("run.jsonl")])
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, ranks: RankFilter = "all") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        only_ranks: RankFilter = "all",
+        ranks: RankFilter | None = None,
+    ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"JSONL needs a file path (str or os.PathLike), got {path!r}")
         text = os.fspath(path)
@@ -88,7 +94,7 @@ class JSONL(Sink):
         if not text:
             raise ValueError("JSONL needs a file path, got an empty string")
         self.path = text
-        self.ranks = check_rank_filter(ranks)
+        self.only_ranks = only_ranks_option(only_ranks, ranks)
         self.written: Path | None = None  # the file the last report went to
         self._file: TextIO | None = None
         self._lock = ForkSafeLock()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from instrument.report import Report
-from instrument.sinks.base import RankFilter, Sink, check_rank_filter
+from instrument.sinks.base import RankFilter, Sink, only_ranks_option
 from instrument.tree import render_text
 
 
@@ -18,9 +18,9 @@ class Logging(Sink):
     Args:
         logger: A logger or its name (default ``"instrument"``).
         level: The record's level (default ``logging.INFO``).
-        ranks: Which ranks log: rank 0 by default, "all", a rank, or several.
+        only_ranks: Which ranks log: rank 0 by default, "all", a rank, or several.
 
-    Distributed: construct it on every rank; only the ranks in ``ranks`` log (``"all"``
+    Distributed: construct it on every rank; only the ranks in ``only_ranks`` log (``"all"``
     when each rank writes its own log file).
     """
 
@@ -29,9 +29,10 @@ class Logging(Sink):
         logger: logging.Logger | str = "instrument",
         level: int = logging.INFO,
         *,
-        ranks: RankFilter = 0,
+        only_ranks: RankFilter = 0,
+        ranks: RankFilter | None = None,
     ) -> None:
-        self.ranks = check_rank_filter(ranks)
+        self.only_ranks = only_ranks_option(only_ranks, ranks)
         if not isinstance(logger, str) and not all(
             callable(getattr(logger, method, None)) for method in ("log", "isEnabledFor")
         ):

@@ -12,7 +12,7 @@ from typing import Any
 from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
-from instrument.sinks.base import RankFilter, Sink, check_rank_filter, single_rank
+from instrument.sinks.base import RankFilter, Sink, only_ranks_option, single_rank
 from instrument.sinks.scalars import TOP, check_top, global_step, scalars
 
 logger = logging.getLogger("instrument")
@@ -77,15 +77,15 @@ class MLflow(Sink):
             creates; default: ``MLFLOW_EXPERIMENT_NAME``, ``MLFLOW_EXPERIMENT_ID``, else
             MLflow's default experiment.
         run_name: The name of a run the sink creates.
-        ranks: Which ranks log: rank 0 by default (one run per job), "all", a rank, or a
+        only_ranks: Which ranks log: rank 0 by default (one run per job), "all", a rank, or a
             collection of ranks.
         prefix: Put before every metric name (``"perf"`` gives ``perf/time/...``).
         top: How many regions below the top level get metrics in each report (those with
             the most time; default 10); ``None`` logs every region.
 
     Distributed: construct it on every rank; it calls no collective. Only the ranks in
-    ``ranks`` log. When several ranks of a job log (``ranks="all"``), each rank's names get
-    ``rank<R>/`` in front, so ranks sharing one run (``run_id=``) keep apart.
+    ``only_ranks`` log. When several ranks of a job log (``only_ranks="all"``), each rank's
+    names get ``rank<R>/`` in front, so ranks sharing one run (``run_id=``) keep apart.
 
     Example:
         >>> with mlflow.start_run():
@@ -99,7 +99,8 @@ class MLflow(Sink):
         tracking_uri: str | None = None,
         experiment: str | None = None,
         run_name: str | None = None,
-        ranks: RankFilter = 0,
+        only_ranks: RankFilter = 0,
+        ranks: RankFilter | None = None,
         prefix: str = "",
         top: int | None = TOP,
     ) -> None:
@@ -109,7 +110,7 @@ class MLflow(Sink):
         self.run_name = _check_text("run_name", run_name)
         if not isinstance(prefix, str):
             raise TypeError(f"MLflow prefix must be a str, got {prefix!r}")
-        self.ranks = check_rank_filter(ranks)
+        self.only_ranks = only_ranks_option(only_ranks, ranks)
         self.top = check_top(top)
         self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
         # imported now, never in a flush (a fork during an import hangs)
@@ -139,7 +140,7 @@ class MLflow(Sink):
 
     def write(self, report: Report) -> None:
         front = self.prefix
-        if report.world_size > 1 and not single_rank(self.ranks):
+        if report.world_size > 1 and not single_rank(self.only_ranks):
             front += f"rank{report.rank}/"
         step = global_step(report)
         stamp = int((report.end_time or time.time()) * 1000)

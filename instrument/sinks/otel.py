@@ -11,7 +11,7 @@ from typing import Any
 from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
-from instrument.sinks.base import RankFilter, Sink, check_rank_filter
+from instrument.sinks.base import RankFilter, Sink, only_ranks_option
 from instrument.sinks.scalars import (
     MEMORY_COUNTS,
     THROUGHPUT_FIELDS,
@@ -96,7 +96,7 @@ class OpenTelemetry(Sink):
         headers: HTTP headers for the created exporter (``{"authorization": "..."}``).
         export_interval: Seconds between exports of the created provider (default 60).
         timeout: Seconds one export (and :meth:`flush` / :meth:`close`) may take at most.
-        ranks: Which ranks record: every rank by default (each rank is its own series,
+        only_ranks: Which ranks record: every rank by default (each rank is its own series,
             told apart by its ``rank`` attribute), a rank, or a collection of ranks.
         top: How many regions below the top level get points in each report (default
             10); ``None``: every region.
@@ -120,7 +120,8 @@ class OpenTelemetry(Sink):
         headers: Mapping[str, str] | None = None,
         export_interval: float = 60.0,
         timeout: float = 10.0,
-        ranks: RankFilter = "all",
+        only_ranks: RankFilter = "all",
+        ranks: RankFilter | None = None,
         top: int | None = TOP,
     ) -> None:
         if meter_provider is not None and endpoint is not None:
@@ -139,7 +140,7 @@ class OpenTelemetry(Sink):
         self.endpoint = endpoint
         self.export_interval = _seconds("export_interval", export_interval)
         self.timeout = _seconds("timeout", timeout)
-        self.ranks = check_rank_filter(ranks)
+        self.only_ranks = only_ranks_option(only_ranks, ranks)
         self.top = check_top(top)
         self.host = socket.gethostname()
         self._failures: list[str] = []

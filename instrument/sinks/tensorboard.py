@@ -9,7 +9,7 @@ from typing import Any
 from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
-from instrument.sinks.base import RankFilter, Sink, check_rank_filter, single_rank
+from instrument.sinks.base import RankFilter, Sink, only_ranks_option, single_rank
 from instrument.sinks.scalars import TOP, check_top, global_step, scalars
 
 INSTALL_HINT = 'TensorBoard sink needs tensorboard: pip install "torch-instrument[tensorboard]"'
@@ -53,14 +53,14 @@ class TensorBoard(Sink):
         writer: A ``SummaryWriter`` (or any object with ``add_scalar(tag, value,
             global_step=, walltime=)``) to write to instead; the sink flushes it but never
             closes it. Pass exactly one of ``log_dir`` and ``writer``.
-        ranks: Which ranks write: rank 0 by default (one run per job), "all", a rank, or a
+        only_ranks: Which ranks write: rank 0 by default (one run per job), "all", a rank, or a
             collection of ranks.
         flush_secs: How often the created writer pushes events to disk.
         top: How many regions below the top level get tags in each report (those with
             the most time; default 10); ``None`` writes every region.
 
     Distributed: construct it on every rank; it calls no collective. Only the ranks in
-    ``ranks`` write. With ``ranks="all"`` give ``log_dir`` a ``{rank}`` placeholder
+    ``only_ranks`` write. With ``only_ranks="all"`` give ``log_dir`` a ``{rank}`` placeholder
     (``"runs/exp/rank{rank}"``); without one, ranks that share ``log_dir`` write to
     ``<log_dir>/rank<R>``, so each rank is its own TensorBoard run.
 
@@ -76,7 +76,8 @@ class TensorBoard(Sink):
         log_dir: str | os.PathLike[str] | None = None,
         *,
         writer: Any = None,
-        ranks: RankFilter = 0,
+        only_ranks: RankFilter = 0,
+        ranks: RankFilter | None = None,
         flush_secs: float = 30.0,
         top: int | None = TOP,
     ) -> None:
@@ -88,7 +89,7 @@ class TensorBoard(Sink):
                 f"TensorBoard writer must have add_scalar(tag, value, global_step), got {writer!r}"
             )
         self.log_dir = None if log_dir is None else _check_log_dir(log_dir)
-        self.ranks = check_rank_filter(ranks)
+        self.only_ranks = only_ranks_option(only_ranks, ranks)
         self.flush_secs = _check_flush_secs(flush_secs)
         self.top = check_top(top)
         self._writer_type: Any = None
@@ -122,7 +123,7 @@ class TensorBoard(Sink):
         log_dir = self.log_dir or ""
         if "{rank}" in log_dir:
             return log_dir.replace("{rank}", str(report.rank))
-        if report.world_size > 1 and not single_rank(self.ranks):
+        if report.world_size > 1 and not single_rank(self.only_ranks):
             return os.path.join(log_dir, f"rank{report.rank}")
         return log_dir
 

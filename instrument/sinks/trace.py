@@ -18,7 +18,7 @@ from instrument import clocks, observe
 from instrument.lifecycle import ForkSafeLock, inherited
 from instrument.rank import rank_and_world
 from instrument.report import Report
-from instrument.sinks.base import RankFilter, Sink, check_rank_filter
+from instrument.sinks.base import RankFilter, Sink, only_ranks_option
 from instrument.sinks.files import rank_path
 
 #: Synthetic thread ids of the device tracks: ``DEVICE_TID + 1000 * device + n``.
@@ -79,7 +79,7 @@ class ChromeTrace(Sink):
         path: The trace file (``.json``). With several ranks each rank writes its own: a
             ``{rank}`` placeholder is filled in, else ``.rank<R>`` goes before the suffix.
         max_events: How many events may wait between two writes (the ring's capacity).
-        ranks: Which ranks write a file ("all" by default).
+        only_ranks: Which ranks write a file ("all" by default).
 
     While a trace sink is open, regions take the generic path (1 to 2 µs more per region,
     a few µs more on the "cuda" clock for the device events). Tracing ends when the sink
@@ -97,7 +97,8 @@ class ChromeTrace(Sink):
         path: str | os.PathLike[str],
         *,
         max_events: int = observe.TRACE_CAPACITY,
-        ranks: RankFilter = "all",
+        only_ranks: RankFilter = "all",
+        ranks: RankFilter | None = None,
     ) -> None:
         global _sinks, _drained
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
@@ -106,7 +107,7 @@ class ChromeTrace(Sink):
             raise ValueError(f"max_events must be a positive int, got {max_events!r}")
         self.path = Path(path)
         self.max_events = max_events
-        self.ranks = check_rank_filter(ranks)
+        self.only_ranks = only_ranks_option(only_ranks, ranks)
         self.written: Path | None = None  # the file last written
         self.events_written = 0  # trace events ("X") written so far
         self._rank, self._world = rank_and_world()

@@ -8,7 +8,7 @@ from typing import Any
 from instrument.lifecycle import ForkSafeLock
 from instrument.report import Report
 from instrument.sinks import extras
-from instrument.sinks.base import RankFilter, Sink, check_rank_filter
+from instrument.sinks.base import RankFilter, Sink, only_ranks_option
 from instrument.sinks.scalars import TOP, check_top, global_step, scalars
 
 logger = logging.getLogger("instrument")
@@ -44,7 +44,7 @@ class WandB(Sink):
 
     Args:
         run: The wandb run to log to.
-        ranks: Which ranks log: rank 0 by default (one run per job), "all", a rank, or a
+        only_ranks: Which ranks log: rank 0 by default (one run per job), "all", a rank, or a
             collection of ranks.
         prefix: Put before every key (``"perf"`` gives ``perf/time/...``); a ``/`` is added.
         step: ``"report"`` (default): log at ``step=`` the report's step (the steps seen so
@@ -64,7 +64,7 @@ class WandB(Sink):
         init_kwargs: Arguments for ``wandb.init`` (``project=``, ``mode="offline"``, ...).
 
     Distributed: construct it on every rank; it calls no collective. Only the ranks in
-    ``ranks`` log (and, with ``init_kwargs``, start a run).
+    ``only_ranks`` log (and, with ``init_kwargs``, start a run).
 
     Example:
         >>> wandb.init(project="my-project")
@@ -75,7 +75,8 @@ class WandB(Sink):
         self,
         run: Any = None,
         *,
-        ranks: RankFilter = 0,
+        only_ranks: RankFilter = 0,
+        ranks: RankFilter | None = None,
         prefix: str = "",
         step: str = "report",
         commit: bool | None = None,
@@ -90,7 +91,7 @@ class WandB(Sink):
             raise ValueError(f"unknown step {step!r}; expected one of 'report', 'run'")
         if commit is not None and not isinstance(commit, bool):
             raise TypeError(f"WandB commit must be True, False or None, got {commit!r}")
-        self.ranks = check_rank_filter(ranks)
+        self.only_ranks = only_ranks_option(only_ranks, ranks)
         self.top = check_top(top)
         self._wandb: Any = None
         if run is None:  # imported now, never in a flush (a fork during an import hangs)

@@ -1,6 +1,6 @@
 """Cost of a cross-rank flush against the world size, on real gloo process groups.
 
-Each of W processes records P regions and flushes ``Reporter(ranks="max")`` several times;
+Each of W processes records P regions and flushes ``Reporter(ranks="minmax")`` several times;
 per flush we take the wall time of ``flush()``, of its store agreement alone, and the
 bytes this process sent and received over TCP (gloo and the c10d store, from the kernel's
 per-socket counters). For comparison the same values go through the all-gather the flush
@@ -41,7 +41,7 @@ def worker(rank: int, world: int, paths: int, flushes: int) -> dict[str, Any]:
     flush_bytes, gather_bytes = [], []
     with use_clock(clock):
         reporter = instrument.Reporter(
-            every=None, sinks=[], ranks="max", rank_timeout=120, memory=False, warmup=0
+            every=None, sinks=[], ranks="minmax", rank_timeout=120, memory=False, warmup=0
         )
         for i in range(flushes + 1):  # the first flush warms up (metadata, connections)
             for p in range(paths):

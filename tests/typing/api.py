@@ -157,13 +157,13 @@ def check_async_and_generators() -> None:
 
 
 def check_manual_timer() -> None:
-    timer: instrument.Timer = instrument.timer("checkpoint", clock="cpu", level=0)
+    timer: instrument.Timer = instrument.Timer("checkpoint", clock="cpu", level=0)
     started: instrument.Timer = timer.start()
     running: bool = timer.running
     name: str = timer.name
     region: instrument.Region = timer.region
     assert_type(timer.stop(), None)
-    instrument.timer("save").start().stop()
+    instrument.Timer("save").start().stop()
     assert started is timer
     assert running
     assert name == "checkpoint"
@@ -417,7 +417,7 @@ def misuse_rejected_by_mypy(report: instrument.Report, node: instrument.Node) ->
     wrong: int = f(1)  # type: ignore[assignment]
     f("1")  # type: ignore[arg-type]
     Model().forward("2")  # type: ignore[arg-type]
-    instrument.timer(3)  # type: ignore[arg-type]
+    instrument.Timer(3)  # type: ignore[arg-type]
     instrument.Reporter(every="50")  # type: ignore[arg-type]
     instrument.configure(level="debug")  # type: ignore[arg-type]
     instrument.auto(Model(), "adam")  # type: ignore[arg-type]
