@@ -512,10 +512,11 @@ REPORT_ROUNDS = 40
 def test_auto_report_on_the_step_model(benchmark: Any) -> None:
     """What one of ``auto``'s reports costs on the auto-step group's model (the tiny MLP with
     AdamW, 50 steps an interval; memory on, no sink, no diagnosis: its cost is
-    ``test_diagnosis_cost.py``'s), in this thread's CPU time. Reports with the model's own paths alternate with reports that also hold
-    ``EXTRA_PATHS`` top-level paths recorded once: the two give a fixed cost per report
-    plus a cost per path; ``value_ns`` is the fixed part, the figure the target is checked
-    against (the per-path part is the ``flush`` group's)."""
+    ``test_diagnosis_cost.py``'s), in this thread's CPU time. Reports with the model's own
+    paths alternate with reports that also hold ``EXTRA_PATHS`` top-level paths recorded
+    once: the two give a fixed cost per report plus a cost per path; ``value_ns`` is the
+    fixed part, the figure the target is checked against (the per-path part is the
+    ``flush`` group's)."""
     model, opt, step = mlp_adamw_setup()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
