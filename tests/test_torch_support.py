@@ -28,10 +28,8 @@ def test_the_installed_torch_is_a_supported_one() -> None:
 
 def test_the_message_names_the_feature_this_torch_and_the_release() -> None:
     message = missing("count_flops (X)", "2.1")
-    assert (
-        message
-        == f"instrument: count_flops (X) needs torch 2.1 or newer (this is torch {torch.__version__})"
-    )
+    expected = "instrument: count_flops (X) needs torch 2.1 or newer (this is torch {})"
+    assert message == expected.format(torch.__version__)
 
 
 def test_feature_is_none_for_a_missing_name_or_module() -> None:
@@ -44,9 +42,11 @@ def test_count_flops_without_flop_counter_raises_a_clear_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delattr(torch.utils.flop_counter, "FlopCounterMode")
-    with pytest.raises(RuntimeError, match=r"FlopCounterMode\) needs torch 2\.1 or newer"):
-        with count_flops():
-            pass
+    with (
+        pytest.raises(RuntimeError, match=r"FlopCounterMode\) needs torch 2\.1 or newer"),
+        count_flops(),
+    ):
+        pass
 
 
 def test_count_flops_counts_where_torch_has_it() -> None:
@@ -60,9 +60,8 @@ def test_profiler_labels_fall_back_to_record_function(monkeypatch: pytest.Monkey
     with pytest.warns(RuntimeWarning, match=r"_RecordFunctionFast needs torch 2\.2 or newer"):
         ranged = observe._record_function("forward")
     assert isinstance(ranged, torch.autograd.profiler.record_function)
-    with torch.profiler.profile() as prof:
-        with instrument.timed("forward"):
-            pass
+    with torch.profiler.profile() as prof, instrument.timed("forward"):
+        pass
     assert "forward" in {event.name for event in prof.events()}
 
 
