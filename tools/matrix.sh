@@ -9,7 +9,8 @@
 # torch or Python is skipped and named: its tests importorskip it), then the default test
 # tier run from a copy of the tests. Each venv is deleted after its run (several GB each).
 # Heavy: run on demand (`tox -e matrix`, or `bash tools/matrix.sh 3.10:2.6.0`) and record
-# the results in docs/compatibility.md. Results: $MATRIX_DIR/results.tsv, logs beside it.
+# the results in docs/compatibility.md. MATRIX_KEEP=1 keeps each venv (and reuses it when
+# run again for the same pair, reinstalling this checkout's build). Results: $MATRIX_DIR/results.tsv, logs beside it.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${MATRIX_DIR:-$(mktemp -d)}
@@ -24,6 +25,7 @@ rm -rf "$work/dist"
 (cd "$work" && "$host" -m build --outdir "$work/dist" "$root") > "$work/build.log" 2>&1 \
     || { cat "$work/build.log"; exit 2; }
 sdist=$(ls "$work"/dist/*.tar.gz)
+rm -rf "$work/src" && mkdir "$work/src" && tar xzf "$sdist" -C "$work/src" --strip-components 1
 wheel=$(ls "$work"/dist/*.whl)
 wheel_python=$("$host" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 dev=$("$host" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["dev"]))' "$root/pyproject.toml")
@@ -37,8 +39,10 @@ for pair in "${pairs[@]}"; do
     name="py$pyver-torch$torch"
     env="$work/$name" log="$work/$name.log"
     echo "== $name ($(date -u +%H:%M:%S))"
-    rm -rf "$env" "$env-run"
-    "$py" -m venv "$env"
+    reused=
+    if [ -n "${MATRIX_KEEP:-}" ] && [ -x "$env/bin/python" ]; then reused=1; else rm -rf "$env"; fi
+    rm -rf "$env-run"
+    [ -n "$reused" ] || "$py" -m venv "$env"
     pins="$work/$name.constraints.txt"
     echo "torch==$torch" > "$pins"
     export PIP_NO_CACHE_DIR=1 DS_BUILD_OPS=0
@@ -49,6 +53,7 @@ for pair in "${pairs[@]}"; do
     [ "$pyver" != "$wheel_python" ] || dist=$wheel kind=wheel
     PIP_CONSTRAINT="$work/no-constraint.txt" "$env/bin/pip" install -q "$dist" >> "$log" 2>&1 \
         || { echo "$(basename "$dist") does not install: see $log"; status=1; }
+    [ -z "$reused" ] || "$env/bin/pip" install -q --force-reinstall --no-deps "$dist" >> "$log" 2>&1
     after=$("$env/bin/pip" freeze | grep -i '^torch==')
     kept=yes
     [ "$before" = "$after" ] || { kept="no: $before became $after"; status=1; }
@@ -58,7 +63,7 @@ for pair in "${pairs[@]}"; do
     done <<< "$dev"
     [ "$("$env/bin/pip" freeze | grep -i '^torch==')" = "$before" ] || { kept="no: an extra changed $before"; status=1; }
     mkdir "$env-run"
-    cp -r "$root"/tests "$root"/examples "$root"/docs "$root"/README.md "$root"/pyproject.toml "$env-run/"
+    cp -r "$work"/src/{tests,examples,docs,README.md,pyproject.toml} "$env-run/"  # as shipped
     accel=$(cd "$env-run" && "$env/bin/python" -c "from instrument._native import speedups as s; print('none' if s is None else 'known layout' if s.CONTEXT_LAYOUT_KNOWN else 'generic path')")
     (cd "$env-run" && timeout 5400 "$env/bin/python" -m pytest -q -p no:cacheprovider) > "$work/$name.pytest.log" 2>&1 \
         || status=1
