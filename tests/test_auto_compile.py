@@ -214,6 +214,10 @@ def test_a_compiled_optimizer_step_is_timed_and_ends_the_iteration() -> None:
     assert sink.reports[1]["optimizer"].total > 0
 
 
+@pytest.mark.skipif(
+    torch.__version__.startswith("2.6."),
+    reason="on torch 2.6 this crashes Dynamo (a segfault; docs/compatibility.md, open issues)",
+)
 @pytest.mark.parametrize(
     "inlined",
     [False, pytest.param(True, marks=pytest.mark.slow)],
