@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from instrument._torch_support import degraded
 from instrument._warn import warn_once
 
 #: The default capacity of the trace ring (events; ~100 bytes each).
@@ -162,6 +163,11 @@ def _record_function(name: str) -> Any:
     fast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
     if fast is not None:
         return fast(name)
+    degraded(
+        "the profiler's _RecordFunctionFast",
+        "2.2",
+        "regions are labelled in the profiler with torch.autograd.profiler.record_function",
+    )
     return torch.autograd.profiler.record_function(name)
 
 

@@ -119,10 +119,13 @@ def count_flops() -> Iterator[list[float]]:
         ...     loss = model(batch).sum(); loss.backward()
         >>> flops[0]
     """
-    from torch.utils.flop_counter import FlopCounterMode
+    from instrument._torch_support import feature, missing
 
+    counter = feature("torch.utils.flop_counter", "FlopCounterMode")
+    if counter is None:
+        raise RuntimeError(missing("count_flops (torch.utils.flop_counter.FlopCounterMode)", "2.1"))
     out: list[float] = []
-    mode = FlopCounterMode(display=False)
+    mode = counter(display=False)
     with mode:
         yield out
     out.append(float(mode.get_total_flops()))

@@ -106,9 +106,12 @@ def test_checkpoint_patches_are_undone() -> None:
     import torch.utils.checkpoint as torch_checkpoint
 
     before = vars(torch_checkpoint.CheckpointFunction)["forward"]
-    generator = torch_checkpoint._checkpoint_without_reentrant_generator
+    name = "_checkpoint_without_reentrant_generator"  # what torch's checkpoint calls
+    if hasattr(torch_checkpoint, name + "_impl"):  # torch 2.15
+        name += "_impl"
+    generator = getattr(torch_checkpoint, name)
     model = Net("module", True)
     with instrument.auto(model, sinks=[], collectives=False):
-        assert torch_checkpoint._checkpoint_without_reentrant_generator is not generator
+        assert getattr(torch_checkpoint, name) is not generator
     assert vars(torch_checkpoint.CheckpointFunction)["forward"] is before
-    assert torch_checkpoint._checkpoint_without_reentrant_generator is generator
+    assert getattr(torch_checkpoint, name) is generator

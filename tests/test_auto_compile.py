@@ -19,6 +19,11 @@ import instrument
 from instrument.sinks import InMemory
 
 VOCAB = 64
+#: An optimizer step inside a compiled function under ``auto`` crashes torch 2.6's Dynamo
+#: (a segfault in ``_maybe_set_eval_frame``): docs/compatibility.md.
+CRASHES_TORCH_2_6 = pytest.mark.skipif(
+    torch.__version__.startswith("2.6."), reason="crashes torch 2.6's Dynamo (segfault)"
+)
 
 
 def batch(seed: int = 0) -> torch.Tensor:
@@ -60,11 +65,16 @@ def test_instrumenting_adds_no_graph_break(make: type[nn.Module]) -> None:
     assert plain[1] == (0 if make is TinyLM else 1)
 
 
-def test_torch_compile_after_auto_times_the_compiled_call_as_forward() -> None:
+@pytest.mark.parametrize("own_call", [True, False])
+def test_torch_compile_after_auto_times_the_compiled_call_as_forward(
+    own_call: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from torch._dynamo.eval_frame import OptimizedModule
 
+    if not own_call and "__call__" in vars(OptimizedModule):  # as torch 2.6: nn.Module's
+        monkeypatch.delattr(OptimizedModule, "__call__")
     torch._dynamo.reset()
-    call = vars(OptimizedModule)["__call__"]
+    call = vars(OptimizedModule).get("__call__")
     model = TinyLM()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sink = InMemory()
@@ -78,7 +88,7 @@ def test_torch_compile_after_auto_times_the_compiled_call_as_forward() -> None:
     assert report["forward"].count == 3
     assert not any(p.startswith("forward/") for p in report.paths())  # inside the graph
     assert report["forward"].total > 0
-    assert vars(type(compiled))["__call__"] is call
+    assert vars(type(compiled)).get("__call__") is call  # put back as it was
 
 
 def test_compiled_before_auto_on_the_inner_model_is_timed_too() -> None:
@@ -180,6 +190,7 @@ def test_no_warning_when_the_first_steps_ran_disabled() -> None:
 # -- a compiled optimizer step, a compiled train_step --------------------------------------
 
 
+@CRASHES_TORCH_2_6
 def test_a_compiled_optimizer_step_is_timed_and_ends_the_iteration() -> None:
     """PyTorch's recipe for compiling the optimizer (a compiled function calling
     ``opt.step()``): Dynamo traced the step hooks, so nothing was reported at all."""
@@ -209,6 +220,7 @@ def test_a_compiled_optimizer_step_is_timed_and_ends_the_iteration() -> None:
     assert sink.reports[1]["optimizer"].total > 0
 
 
+@CRASHES_TORCH_2_6
 @pytest.mark.parametrize(
     "inlined",
     [False, pytest.param(True, marks=pytest.mark.slow)],

@@ -60,15 +60,25 @@ def _extend(children: st.SearchStrategy[list[Any]]) -> st.SearchStrategy[list[An
 programs = st.lists(st.recursive(leaves, _extend, max_leaves=16), max_size=6)
 
 
+def _env(pure: bool, generic: bool = False) -> dict[str, str]:
+    """The environment of a worker: the C path (with or without its context-layout reads)
+    or the pure-Python one."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.pop("INSTRUMENT_NO_EXTENSIONS", None)
+    env.pop("INSTRUMENT_GENERIC_CONTEXT", None)
+    if pure:
+        env["INSTRUMENT_NO_EXTENSIONS"] = "1"
+    if generic:
+        env["INSTRUMENT_GENERIC_CONTEXT"] = "1"
+    return env
+
+
 class Worker:
     """A process running programs on one path, one JSON line in and out per program."""
 
-    def __init__(self, pure: bool) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        env.pop("INSTRUMENT_NO_EXTENSIONS", None)
-        if pure:
-            env["INSTRUMENT_NO_EXTENSIONS"] = "1"
+    def __init__(self, pure: bool, generic: bool = False) -> None:
+        env = _env(pure, generic)
         self.process = subprocess.Popen(
             [sys.executable, str(WORKER)],
             stdin=subprocess.PIPE,
@@ -163,3 +173,43 @@ def test_c_and_pure_python_record_the_same_in_many_programs(
 )
 def test_known_differences_are_gone(workers: tuple[Worker, Worker], program: list[Any]) -> None:
     _same_reports(workers, program)
+
+
+@pytest.fixture(scope="module")
+def generic_workers() -> Iterator[tuple[Worker, Worker]]:
+    generic, pure = Worker(pure=False, generic=True), Worker(pure=True)
+    yield generic, pure
+    generic.close()
+    pure.close()
+
+
+HOLDER_TYPE = """
+import instrument
+from instrument.regions import frames
+with instrument.timed("r"):
+    print(type(frames._frame.get()).__name__)
+"""
+
+
+@pytest.mark.parametrize("generic", [False, True])
+def test_the_generic_c_path_keeps_no_holders(generic: bool) -> None:
+    # INSTRUMENT_GENERIC_CONTEXT=1 runs the C path as on a Python whose context layout it
+    # does not know: every transition sets the variable to the frame itself
+    out = subprocess.run(
+        [sys.executable, "-c", HOLDER_TYPE],
+        env=_env(pure=False, generic=generic),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.strip()
+    holders = bool(speedups is not None and speedups.CONTEXT_LAYOUT_KNOWN) and not generic
+    assert out == ("StackHolder" if holders else "tuple")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=programs)
+def test_the_generic_c_path_and_pure_python_record_the_same(
+    generic_workers: tuple[Worker, Worker], program: list[Any]
+) -> None:
+    _same_reports(generic_workers, program)

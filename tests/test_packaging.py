@@ -42,13 +42,21 @@ def test_installed_metadata_matches_instrument_version() -> None:
 
 def test_declared_pythons_are_the_checked_ones() -> None:
     project = _project()
-    assert project["requires-python"] == ">=3.10,<3.14"
+    assert project["requires-python"] == ">=3.10"  # a lower bound only: docs/compatibility.md
     listed = {
         tuple(int(p) for p in c.rsplit(" ", 1)[1].split("."))
         for c in project["classifiers"]
         if c.startswith("Programming Language :: Python :: 3.")
     }
     assert listed == CHECKED_PYTHONS
+
+
+def test_runtime_dependencies_have_lower_bounds_only() -> None:
+    # an upper cap would make pip replace a user's torch (or refuse to install beside it)
+    for requirement in _project()["dependencies"]:
+        assert ">=" in requirement, requirement
+        assert "<" not in requirement.replace(">=", ""), requirement
+        assert "==" not in requirement, requirement
 
 
 @pytest.mark.skipif(speedups is None, reason="the C accelerator is not built")

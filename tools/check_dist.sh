@@ -21,9 +21,12 @@ fresh_venv() {  # fresh_venv DIR: a venv with the pinned CPU torch
     "$1/bin/pip" install -q torch==2.13.0 numpy
 }
 
-echo "== wheel: demo and test suite"
+echo "== wheel: installed beside torch, which stays in place; demo and test suite"
 fresh_venv "$work/wheel"
+before=$("$work/wheel/bin/pip" freeze | grep -i '^torch==')
 "$work/wheel/bin/pip" install -q "$wheel[dev]"
+after=$("$work/wheel/bin/pip" freeze | grep -i '^torch==')
+[ "$before" = "$after" ] || { echo "installing the wheel replaced $before by $after"; exit 1; }
 mkdir "$work/run"
 cp -r "$root"/tests "$root"/examples "$root"/docs "$root"/README.md "$root"/pyproject.toml "$work/run/"
 cd "$work/run"

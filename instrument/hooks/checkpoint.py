@@ -98,9 +98,11 @@ def install(anchor: Callable[[], PathNode]) -> Callable[[], None]:
 
         return staticmethod(checkpoint_forward)
 
-    undo_generator = patches.patch(
-        torch_checkpoint, "_checkpoint_without_reentrant_generator", make_generator
-    )
+    # torch 2.15 runs the non-reentrant checkpoint through ..._impl (the older name wraps it)
+    name = "_checkpoint_without_reentrant_generator"
+    if hasattr(torch_checkpoint, name + "_impl"):
+        name += "_impl"
+    undo_generator = patches.patch(torch_checkpoint, name, make_generator)
     undo_forward = patches.patch(torch_checkpoint.CheckpointFunction, "forward", make_forward)
 
     def undo() -> None:

@@ -428,7 +428,10 @@ class ModuleHooks:
         """Keep timing modules compiled after this point (see the module doc)."""
         from torch._dynamo.eval_frame import OptimizedModule
 
-        self._restore.append(patches.patch(OptimizedModule, "__call__", _optimized_call))
+        # some torch releases (2.6) define no OptimizedModule.__call__: it is nn.Module's
+        self._restore.append(
+            patches.patch(OptimizedModule, "__call__", _optimized_call, inherited=True)
+        )
         self._restore.append(patches.patch(nn.Module, "compile", _compile_in_place))
 
 

@@ -14,12 +14,18 @@ from collections.abc import Callable
 from typing import Any
 
 _lock = threading.Lock()
+_INHERITED = object()  # the original of a patch: the owner inherited the attribute
 # (id(owner), attr) -> [owner, attr, original, wrapper, count]
 _active: dict[tuple[int, str], list[Any]] = {}
 
 
 def patch(
-    owner: object, attr: str, make: Callable[[Any], Any], *, inert_when_left: bool = False
+    owner: object,
+    attr: str,
+    make: Callable[[Any], Any],
+    *,
+    inert_when_left: bool = False,
+    inherited: bool = False,
 ) -> Callable[[], None]:
     """Replace ``owner.attr`` by ``make(original)`` (once, however many callers ask) and
     return the undo for this caller.
@@ -27,15 +33,20 @@ def patch(
     If something replaced the wrapper meanwhile, the last undo leaves the newer object in
     place and warns — unless ``inert_when_left``: the wrapper does nothing once its hooks
     are gone, so being left inside someone else's wrapper is harmless and not worth a
-    warning (Dynamo wraps ``nn.Module.__setstate__`` at the first compilation)."""
+    warning (Dynamo wraps ``nn.Module.__setstate__`` at the first compilation).
+
+    ``inherited``: ``owner`` (a class) may inherit ``attr`` rather than define it (a method
+    that some torch releases define on the subclass only); the wrapper of the inherited one
+    is then put on ``owner``, and the last undo deletes it again."""
     key = (id(owner), attr)
     with _lock:
         entry = _active.get(key)
         if entry is None:
-            original = _own(owner, attr)
+            had = not inherited or attr in vars(owner)
+            original = _own(owner, attr) if had else getattr(owner, attr)
             wrapper = make(original)
             setattr(owner, attr, wrapper)
-            entry = _active[key] = [owner, attr, original, wrapper, 0]
+            entry = _active[key] = [owner, attr, original if had else _INHERITED, wrapper, 0]
         entry[4] += 1
     done = False
 
@@ -49,8 +60,11 @@ def patch(
             if entry[4]:
                 return
             del _active[key]
-            if _own(owner, attr) is entry[3]:
-                setattr(owner, attr, entry[2])
+            if vars(owner).get(attr) is entry[3]:
+                if entry[2] is _INHERITED:
+                    delattr(owner, attr)
+                else:
+                    setattr(owner, attr, entry[2])
             elif not inert_when_left:
                 warnings.warn(
                     f"instrument: {attr!r} was replaced by someone else after instrument "

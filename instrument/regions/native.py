@@ -33,6 +33,7 @@ is loaded and leaves the Python definition in place otherwise (no extension buil
 from __future__ import annotations
 
 import functools
+import os
 import time
 import types
 from collections.abc import Callable
@@ -53,7 +54,10 @@ def frame_accessors(var: ContextVar[T], root: T) -> tuple[Callable[[], T], Calla
     if speedups is None:
         return var.get, var.set
     speedups.bind_stack(var, root)
-    speedups.use_holders()  # per-context stack holders where the layout is confirmed
+    if not os.environ.get("INSTRUMENT_GENERIC_CONTEXT"):
+        # per-context stack holders where the layout is known and confirmed; otherwise (or
+        # with INSTRUMENT_GENERIC_CONTEXT=1) every transition sets the variable
+        speedups.use_holders()
     return speedups.get_top, speedups.set_top
 
 
