@@ -62,19 +62,26 @@ def prose_lines(text: str) -> list[tuple[int, str]]:
     return lines
 
 
-def findings(text: str) -> list[tuple[int, str, str]]:
-    """``(line, rule, matched text)`` for each history word in the prose of ``text``."""
+#: The page whose table rows say when each version was run (its support matrix): dates
+#: are its "when", not history.
+DATED_ROWS = ROOT / "docs" / "compatibility.md"
+
+
+def findings(text: str, dated_rows: bool = False) -> list[tuple[int, str, str]]:
+    """``(line, rule, matched text)`` for each history word in the prose of ``text``
+    (with ``dated_rows``, a date in a table row is no finding)."""
     return [
         (number, rule, match.group(0))
         for number, line in prose_lines(text)
         for rule, pattern in RULES
+        if not (dated_rows and rule == "the date of a run" and line.lstrip().startswith("|"))
         for match in pattern.finditer(line)
     ]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_describes_current_behaviour_not_history(page: Path) -> None:
-    found = findings(page.read_text(encoding="utf-8"))
+    found = findings(page.read_text(encoding="utf-8"), dated_rows=page == DATED_ROWS)
     where = page.relative_to(ROOT)
     assert not found, "history in the docs (write what the code does now):\n" + "\n".join(
         f"{where}:{line}: {word!r} ({rule})" for line, rule, word in found
