@@ -204,7 +204,7 @@ def test_the_generic_c_path_keeps_no_holders(generic: bool) -> None:
         check=True,
     ).stdout.strip()
     holders = bool(speedups is not None and speedups.CONTEXT_LAYOUT_KNOWN) and not generic
-    assert out == ("StackHolder" if holders else "tuple")
+    assert out == ("StackHolder" if holders else "Frame")
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
