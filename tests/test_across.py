@@ -100,6 +100,7 @@ def _alone(report: instrument.Report, own_forward: float) -> None:
     assert report["train/forward"].total == pytest.approx(own_forward)
 
 
+@pytest.mark.slow  # two ranks; a missing rank is named in tests/test_dying_rank.py too
 @pytest.mark.timeout(150)
 def test_missing_and_extra_flushes_are_named_never_mixed_and_recover() -> None:
     first, second = run_ranks(out_of_step_worker, 2, timeout=130)

@@ -76,6 +76,7 @@ def test_observe_never_imports_the_regions() -> None:
     assert not found
 
 
+@pytest.mark.slow  # a subprocess; the default tier runs the same check in process
 def test_the_script_runs_on_its_own_and_says_what_it_found() -> None:
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--list"], capture_output=True, text=True, timeout=60

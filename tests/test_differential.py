@@ -207,6 +207,7 @@ def test_the_generic_c_path_keeps_no_holders(generic: bool) -> None:
     assert out == ("StackHolder" if holders else "Frame")
 
 
+@pytest.mark.slow  # two worker processes; the generic path keeps no holders in the default tier
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs)
 def test_the_generic_c_path_and_pure_python_record_the_same(

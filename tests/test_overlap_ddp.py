@@ -50,6 +50,7 @@ def slow_backward_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
     return [report.to_dict() for report in reports]
 
 
+@pytest.mark.slow  # two ranks; the default tier names the slow rank in tests/test_auto_ddp.py
 @pytest.mark.timeout(120)
 def test_the_rank_slow_inside_its_backward_is_named_not_the_rank_that_waited() -> None:
     """Rank 1 sleeps 30 ms in its backward; rank 0 waits for it in the buckets' all-reduce.
