@@ -100,7 +100,7 @@ def _unqualified(said: str) -> str:
 def test_field_rules_are_the_same_on_both_paths() -> None:
     c, pure = _probes("fields")
     fields = [p for p in c if p.startswith(("del ", "region.", "node.", "uninitialized"))]
-    assert len(fields) == 28
+    assert len(fields) == 29
     # Python 3.13 names a type by its qualified name in some attribute errors (a slot's,
     # "%T") and not in others: the same error, told two ways
     assert {p: _unqualified(c[p]) for p in fields} == {p: _unqualified(pure[p]) for p in fields}
