@@ -373,9 +373,10 @@ def test_hook_ddp_leaves_other_models_alone() -> None:
 def test_comm_hook_keeps_the_wrapped_hooks_name_and_signature() -> None:
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    hook = collectives.timed_comm_hook()
-    assert hook.__name__ == "allreduce_hook"
-    assert inspect.signature(hook) == inspect.signature(default_hooks.allreduce_hook)
+    hook = collectives.timed_comm_hook(default_hooks.fp16_compress_hook)
+    assert hook.__name__ == "fp16_compress_hook"
+    assert inspect.signature(hook) == inspect.signature(default_hooks.fp16_compress_hook)
+    assert inspect.signature(collectives.timed_comm_hook()).return_annotation is inspect._empty
     with pytest.raises(ValueError, match="contains '/'"):
         collectives.timed_comm_hook(name="a/b")
 
@@ -422,3 +423,26 @@ def test_compiled_collectives_still_compile_fullgraph(reporter: instrument.Repor
     report = reporter.flush()
     assert report["all_reduce"].count == 1
     assert report["all_reduce"].bytes == 8
+
+
+def _lost_bucket(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_exception(ValueError("bucket lost"))
+    return fut
+
+
+_lost_bucket.__annotations__.clear()  # DDP checks them as objects; postponed, they are strings
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("single_group")
+def test_a_failed_bucket_reaches_the_user_as_its_own_error() -> None:
+    """DDP passes a bucket's error on through the timed hook's future callback; backward()
+    raises the error itself, without the callback's prefix or instrument's frames."""
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    ddp.register_comm_hook(None, collectives.timed_comm_hook(_lost_bucket))
+    with instrument.auto(ddp, sinks=[]):
+        with pytest.raises(ValueError, match="^bucket lost$") as raised:
+            ddp(torch.ones(2, 4)).sum().backward()
+    assert raised.value.__suppress_context__
+    assert not any("hooks/collectives.py" in str(entry.path) for entry in raised.traceback)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from instrument import registry
-from instrument.hooks import patches
+from instrument.hooks import collectives, patches
 from instrument.hooks.eager import compile_callback, outside
 from instrument.regions import native
 from instrument.regions.decorators import direct_call, in_region
@@ -52,8 +52,26 @@ def time_method(obj: object, name: str, clock: object = None) -> Callable[[], No
     return patches.put_on_instance(obj, name, _timed(getattr(obj, name), region))
 
 
+def _own_errors(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original``, raising a failed DDP bucket's error as the process group raised it,
+    not as the timed bucket's future callback passed it on."""
+
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except RuntimeError as error:
+            cause = collectives.bucket_error(error)
+            if cause is None:
+                raise
+            raise cause.with_traceback(error.__traceback__.tb_next) from None
+
+    return backward
+
+
 def _timed(original: Callable[..., Any], region: Any) -> Callable[..., Any]:
     """``original`` in the ``backward`` region, unless one is open already."""
+    original = _own_errors(original)
     timed = direct_call(original, region)  # C: entered, called and left in one call
     if timed is None:
         timed = in_region(original, region)

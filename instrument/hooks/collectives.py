@@ -375,42 +375,84 @@ def _hook_parent() -> PathNode:
     return registry.steps_own("backward")
 
 
-def _default_hook() -> Hook:
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+def _mean_all_reduce(process_group: Any, bucket: Any) -> torch.futures.Future[Any]:
+    """DDP's own gradient all-reduce: the bucket divided by the group's size, then summed
+    across the group; the work's own future, whose value is a list holding the bucket (what
+    :func:`timed_comm_hook`'s one callback takes the bucket out of)."""
+    from torch.distributed import distributed_c10d as c10d
 
-    return default_hooks.allreduce_hook
+    group = process_group if process_group is not None else c10d.group.WORLD
+    buffer = bucket.buffer()
+    buffer.div_(group.size())
+    return c10d.all_reduce(buffer, group=group, async_op=True).get_future()
+
+
+# DDP checks a hook's annotations as objects, and these are strings (postponed evaluation)
+_mean_all_reduce.__annotations__.clear()
+
+
+#: What torch's ``Future.then`` puts before an error raised in its callback.
+WRAPPED = "Got the following error when running the callback: "
+# The last error a timed bucket's future completed with (the process is usually dying).
+_bucket_error: list[BaseException] = []
+
+
+def bucket_error(error: BaseException) -> BaseException | None:
+    """The error a timed DDP bucket failed with, if ``error`` (raised by ``backward()``) is
+    it as passed through the bucket's future callback; else ``None``."""
+    if not _bucket_error or not str(error).startswith(WRAPPED):
+        return None
+    cause = _bucket_error.pop()
+    return cause if str(cause) in str(error) else None
 
 
 def timed_comm_hook(hook: Hook | None = None, name: str = "ddp_all_reduce") -> Hook:
-    """A DDP communication hook that calls ``hook`` (default: DDP's own all-reduce) and times
-    each bucket from the call until its future completes, with the bucket's bytes.
+    """A DDP communication hook that calls ``hook`` (default: DDP's own all-reduce, the mean
+    of the bucket across the group) and times each bucket from the call until its future
+    completes, with the bucket's bytes.
 
     The time lands under :data:`anchor`'s node if set, else the region open on the calling
     thread, else a top-level "backward"; the path is concurrent (it overlaps the backward
-    pass). With no :func:`install` live the hook only calls ``hook``. DDP takes one comm hook:
-    to keep your own, wrap it —
+    pass). A failed communication reaches DDP through the future's callback, which torch's
+    ``Future.then`` prefixes with :data:`WRAPPED`; the timed ``backward()`` raises the error
+    itself (:func:`bucket_error`). With no :func:`install` live the hook only calls
+    ``hook``. DDP takes one comm hook: to keep your own, wrap it —
     ``ddp.register_comm_hook(state, timed_comm_hook(my_hook))``.
     """
     check_name(name)
-    inner = hook if hook is not None else _default_hook()
+    inner = hook if hook is not None else _mean_all_reduce
+    unwrap = _first if hook is None else _same
 
     @functools.wraps(inner)  # DDP checks the hook's signature: it sees ``inner``'s
-    def timed_hook(state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+    def timed_hook(state: Any, bucket: Any) -> torch.futures.Future[Any]:
         if not _installs:
-            return inner(state, bucket)
+            fut = inner(state, bucket)
+            return fut if hook is not None else fut.then(lambda f: f.value()[0])
         buffer = bucket.buffer()
         span = Span(name, parent=_hook_parent())
         done = _ender(span, _tensor_bytes(buffer))
-        fut: torch.futures.Future[torch.Tensor] = _run_inside(inner, (state, bucket), {})
+        fut: torch.futures.Future[Any] = _run_inside(inner, (state, bucket), {})
 
-        def finished(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        def finished(f: torch.futures.Future[Any]) -> Any:
             done()
-            return f.value()
+            try:
+                return unwrap(f.value())
+            except Exception as error:
+                _bucket_error[:] = [error]
+                raise
 
         # chained, so that the bucket's span ends before DDP goes on with its result
         return fut.then(finished)
 
     return timed_hook
+
+
+def _first(value: Any) -> Any:
+    return value[0]
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def hook_ddp(model: object) -> bool:
