@@ -512,11 +512,13 @@ REPORT_ROUNDS = 40
 def test_auto_report_on_the_step_model(benchmark: Any) -> None:
     """What one of ``auto``'s reports costs on the auto-step group's model (the tiny MLP with
     AdamW, 50 steps an interval; memory on, no sink, no diagnosis: its cost is
-    ``test_diagnosis_cost.py``'s), in this thread's CPU time. Reports with the model's own
-    paths alternate with reports that also hold ``EXTRA_PATHS`` top-level paths recorded
-    once: the two give a fixed cost per report plus a cost per path; ``value_ns`` is the
-    fixed part, the figure the target is checked against (the per-path part is the
-    ``flush`` group's)."""
+    ``test_diagnosis_cost.py``'s), in this thread's CPU time. First ``REPORT_ROUNDS``
+    reports with the model's own paths only, then as many that also hold ``EXTRA_PATHS``
+    top-level paths recorded in each interval: the two give a fixed cost per report plus a
+    cost per path; ``value_ns`` is the fixed part, the figure the target is checked against
+    (the per-path part is the ``flush`` group's). The blocks run one after the other, not
+    alternating: a path recorded in one report is walked by the next ones too (until it is
+    released, idle), so alternating would charge the fixed part with 200 idle paths."""
     model, opt, step = mlp_adamw_setup()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -532,7 +534,7 @@ def test_auto_report_on_the_step_model(benchmark: Any) -> None:
             step()
         flush()  # first-use costs
         for r in range(2 * REPORT_ROUNDS):
-            extra = r % 2 == 1
+            extra = r >= REPORT_ROUNDS
             for _ in range(REPORT_EVERY):
                 step()
             for name in names if extra else ():
@@ -547,8 +549,7 @@ def test_auto_report_on_the_step_model(benchmark: Any) -> None:
         torch.set_num_threads(threads)
         instrument.configure(clock="auto")
     assert paths[1] == paths[0] + EXTRA_PATHS
-    per_path = max(statistics.median(b - a for a, b in zip(own, more, strict=True)), 0)
-    per_path /= EXTRA_PATHS
+    per_path = max(statistics.median(more) - statistics.median(own), 0) / EXTRA_PATHS
     fixed = statistics.median(own) - per_path * paths[0]
     benchmark.extra_info.update(
         label="auto report without diagnosis, fixed part (per path apart)",
