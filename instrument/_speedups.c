@@ -45,6 +45,8 @@ static PyTypeObject *frame_type = NULL;
 static PyObject *perf_counter_ns = NULL;
 static PyTypeObject *cpu_region_type = NULL;
 static PyTypeObject *skipped_region_type = NULL;
+/* region.timed_coroutine: what a timed call that returned a coroutine returns instead */
+static PyObject *timed_coroutine = NULL;
 
 static PyObject *str_child, *str_cpu, *str_exit_top, *str_call, *str_drop_innermost;
 
@@ -2177,13 +2179,37 @@ typedef struct {
     vectorcallfunc vectorcall;
 } CallTimerObject;
 
+/* A timed call returned a coroutine (a plain callable around an `async def`): the region
+ * times the coroutine until it ends (timed_coroutine(region, coroutine), returned in its
+ * place), not the call that made it, which is not recorded. Restores the parent frame.
+ * Takes over the references to `frame` and `result`. */
+static NOINLINE PyObject *
+finish_coroutine_call(RegionObject *region, PyObject *frame, PyObject *result)
+{
+    if (top_set(PyTuple_GET_ITEM(frame, 2)) < 0) {
+        PyErr_Clear(); /* instrumentation must not replace the call's outcome */
+    }
+    frame_release(frame);
+    if (timed_coroutine == NULL) {
+        return result;
+    }
+    PyObject *timed = PyObject_CallFunctionObjArgs(timed_coroutine, (PyObject *)region, result,
+                                                   NULL);
+    Py_DECREF(result);
+    return timed;
+}
+
 /* The end of one timed host-clock call (decorators.py's wrapper, the `finally` of
  * frames._close): read the clock, restore the parent frame, record; return the call's
  * outcome unchanged -- or the clock's error when the call succeeded but the clock failed,
- * as for a `with` block. Takes over the references to `frame` (open_cpu's) and `result`. */
+ * as for a `with` block; a coroutine goes to finish_coroutine_call. Takes over the
+ * references to `frame` (open_cpu's) and `result`. */
 static NOINLINE PyObject *
 finish_timed_call_general(RegionObject *region, PyObject *frame, int64_t t0, PyObject *result)
 {
+    if (result != NULL && PyCoro_CheckExact(result)) {
+        return finish_coroutine_call(region, frame, result);
+    }
     PyObject *parent = PyTuple_GET_ITEM(frame, 2);
     NodeObject *node = (NodeObject *)PyTuple_GET_ITEM(frame, 0);
     int64_t t1;
@@ -2215,11 +2241,12 @@ finish_timed_call_general(RegionObject *region, PyObject *frame, int64_t t0, PyO
 }
 
 /* finish_timed_call_general's common case inline: the call returned (so no exception is
- * set) and the clock is perf_counter_ns (it cannot fail). */
+ * set) something other than a coroutine, and the clock is perf_counter_ns (it cannot
+ * fail). */
 HOT static inline PyObject *
 finish_timed_call(RegionObject *region, PyObject *frame, int64_t t0, PyObject *result)
 {
-    if (UNLIKELY(result == NULL || region->now != perf_counter_ns)) {
+    if (UNLIKELY(result == NULL || region->now != perf_counter_ns || PyCoro_CheckExact(result))) {
         return finish_timed_call_general(region, frame, t0, result);
     }
     int64_t t1;
@@ -3541,21 +3568,23 @@ bind_stack(PyObject *module, PyObject *args)
 static PyObject *
 bind(PyObject *module, PyObject *args)
 {
-    PyObject *clock, *cpu, *skipped;
-    if (!PyArg_ParseTuple(args, "OO!O!:bind", &clock, &PyType_Type, &cpu, &PyType_Type,
-                          &skipped)) {
+    PyObject *clock, *cpu, *skipped, *coroutine;
+    if (!PyArg_ParseTuple(args, "OO!O!O:bind", &clock, &PyType_Type, &cpu, &PyType_Type,
+                          &skipped, &coroutine)) {
         return NULL;
     }
     if (refuse_subinterpreter() < 0) {
         return NULL;
     }
     if (!PyCallable_Check(clock) || !PyType_IsSubtype((PyTypeObject *)cpu, &RegionType) ||
-        !PyType_IsSubtype((PyTypeObject *)skipped, &RegionType)) {
+        !PyType_IsSubtype((PyTypeObject *)skipped, &RegionType) || !PyCallable_Check(coroutine)) {
         PyErr_SetString(PyExc_TypeError,
-                        "bind(perf_counter_ns, CpuRegion, SkippedRegion) needs a callable and "
-                        "two RegionBase subclasses");
+                        "bind(perf_counter_ns, CpuRegion, SkippedRegion, timed_coroutine) needs "
+                        "a callable, two RegionBase subclasses and a callable");
         return NULL;
     }
+    Py_INCREF(coroutine);
+    Py_XSETREF(timed_coroutine, coroutine);
     Py_INCREF(clock);
     Py_XSETREF(perf_counter_ns, clock);
     Py_INCREF(cpu);
@@ -3600,8 +3629,9 @@ static PyMethodDef module_methods[] = {
     {"bind_stack", bind_stack, METH_VARARGS,
      "bind_stack(frame_var, root_frame): the context variable holding the innermost frame."},
     {"bind", bind, METH_VARARGS,
-     "bind(perf_counter_ns, CpuRegion, SkippedRegion): the clock read directly and the "
-     "region classes of the call wrapper."},
+     "bind(perf_counter_ns, CpuRegion, SkippedRegion, timed_coroutine): the clock read "
+     "directly, the region classes of the call wrapper, and what times a coroutine a timed "
+     "call returned."},
     {"bind_steps", bind_steps, METH_VARARGS,
      "bind_steps(_state, registry): the modules whose now and stepping_thread a "
      "StepCounter reads and sets."},

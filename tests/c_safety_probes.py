@@ -143,9 +143,14 @@ def c_only_probes() -> None:
     probe("bind_stack(frame var, junk frame)", lambda: speedups.bind_stack(var, (1, 2, 3, 4, 5)))
     probe("bind_stack(frame var, blank node)", lambda: speedups.bind_stack(var, blank_frame))
     probe("bind_stack()", lambda: speedups.bind_stack())
-    probe("bind(junk)", lambda: speedups.bind(1, 2, 3))
-    probe("bind(clock, junk classes)", lambda: speedups.bind(time.perf_counter_ns, int, int))
-    probe("bind(not callable)", lambda: speedups.bind(3, type(r), type(r)))
+    probe("bind(junk)", lambda: speedups.bind(1, 2, 3, 4))
+    probe("bind(clock, junk classes)", lambda: speedups.bind(time.perf_counter_ns, int, int, len))
+    probe("bind(not callable)", lambda: speedups.bind(3, type(r), type(r), len))
+    probe(
+        "bind(coroutine timer not callable)",
+        lambda: speedups.bind(time.perf_counter_ns, type(r), type(r), 3),
+    )
+    probe("bind(three arguments)", lambda: speedups.bind(time.perf_counter_ns, type(r), type(r)))
     probe("bind()", lambda: speedups.bind())
     probe("bind_thread_stack()", lambda: speedups.bind_thread_stack())
     probe("bucket('x')", lambda: speedups.bucket("x"))

@@ -441,8 +441,10 @@ def test_a_failed_bucket_reaches_the_user_as_its_own_error() -> None:
     raises the error itself, without the callback's prefix or instrument's frames."""
     ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
     ddp.register_comm_hook(None, collectives.timed_comm_hook(_lost_bucket))
-    with instrument.auto(ddp, sinks=[]):
-        with pytest.raises(ValueError, match="^bucket lost$") as raised:
-            ddp(torch.ones(2, 4)).sum().backward()
+    with (
+        instrument.auto(ddp, sinks=[]),
+        pytest.raises(ValueError, match=r"^bucket lost$") as raised,
+    ):
+        ddp(torch.ones(2, 4)).sum().backward()
     assert raised.value.__suppress_context__
     assert not any("hooks/collectives.py" in str(entry.path) for entry in raised.traceback)

@@ -62,7 +62,7 @@ def _own_errors(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(*args, **kwargs)
         except RuntimeError as error:
             cause = collectives.bucket_error(error)
-            if cause is None:
+            if cause is None or error.__traceback__ is None:
                 raise
             raise cause.with_traceback(error.__traceback__.tb_next) from None
 

@@ -381,10 +381,11 @@ def _mean_all_reduce(process_group: Any, bucket: Any) -> torch.futures.Future[An
     :func:`timed_comm_hook`'s one callback takes the bucket out of)."""
     from torch.distributed import distributed_c10d as c10d
 
-    group = process_group if process_group is not None else c10d.group.WORLD
     buffer = bucket.buffer()
-    buffer.div_(group.size())
-    return c10d.all_reduce(buffer, group=group, async_op=True).get_future()
+    buffer.div_(c10d.get_world_size(process_group))  # None: the default group
+    work = c10d.all_reduce(buffer, group=process_group, async_op=True)
+    future: torch.futures.Future[Any] = work.get_future()
+    return future
 
 
 # DDP checks a hook's annotations as objects, and these are strings (postponed evaluation)
@@ -426,8 +427,8 @@ def timed_comm_hook(hook: Hook | None = None, name: str = "ddp_all_reduce") -> H
     @functools.wraps(inner)  # DDP checks the hook's signature: it sees ``inner``'s
     def timed_hook(state: Any, bucket: Any) -> torch.futures.Future[Any]:
         if not _installs:
-            fut = inner(state, bucket)
-            return fut if hook is not None else fut.then(lambda f: f.value()[0])
+            plain = inner(state, bucket)
+            return plain if hook is not None else plain.then(lambda f: f.value()[0])
         buffer = bucket.buffer()
         span = Span(name, parent=_hook_parent())
         done = _ender(span, _tensor_bytes(buffer))

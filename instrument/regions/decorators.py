@@ -11,6 +11,7 @@ import copyreg
 import functools
 import inspect
 from collections.abc import AsyncGenerator, Callable, Generator
+from types import CoroutineType
 from typing import Any, SupportsIndex, TypeVar
 
 import wrapt
@@ -18,7 +19,7 @@ import wrapt
 import instrument.regions.region as region_module
 from instrument.regions import native
 from instrument.regions.frames import Frame, close, get_top, new_frame, set_top
-from instrument.regions.region import CPU, CpuRegion, Region, region_for
+from instrument.regions.region import CPU, CpuRegion, Region, region_for, timed_coroutine
 from instrument.registry import CHUNK, fold
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -156,7 +157,6 @@ def _sync_wrapper(region: Region) -> Callable[..., Any]:
         try:
             result = wrapped(*args, **kwargs)
             ok = True
-            return result
         finally:
             try:
                 t1 = now()
@@ -166,25 +166,21 @@ def _sync_wrapper(region: Region) -> Callable[..., Any]:
                     raise
             else:
                 set_top(parent)
-                buf = node.buf
-                buf.append(t1 - t0)
-                if len(buf) >= CHUNK:
-                    fold(node)
+                if not ok or type(result) is not CoroutineType:
+                    buf = node.buf
+                    buf.append(t1 - t0)
+                    if len(buf) >= CHUNK:
+                        fold(node)
+        if type(result) is CoroutineType:  # the await is the call, not the coroutine's making
+            return timed_coroutine(r, result)
+        return result
 
     return wrapper
 
 
 def _async_wrapper(region: Region) -> Callable[..., Any]:
-    async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        frame = region._open()
-        ok = False
-        try:
-            result = await wrapped(*args, **kwargs)
-            ok = True
-            return result
-        finally:
-            if frame is not None:
-                close(frame, failing=not ok)
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        return timed_coroutine(region, wrapped(*args, **kwargs))
 
     return wrapper
 

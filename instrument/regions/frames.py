@@ -133,6 +133,16 @@ def abandon(region: Region) -> None:
         set_top(top.parent)
 
 
+def drop(frame: Frame) -> None:
+    """Stop timing ``frame`` without recording it: unlink it, end its observer ranges."""
+    if frame.owner._observed or observe.open_ranges:
+        try:
+            observe.exited(frame, frame.owner._now())
+        except Exception:  # instrumentation must not replace the call's outcome
+            pass
+    unlink(frame)
+
+
 def close(frame: Frame, failing: bool = False) -> None:
     """Stop timing ``frame``: read the clock(s), unlink it, record the duration.
 

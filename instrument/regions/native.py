@@ -66,9 +66,10 @@ def region_base(python_base: type) -> type:
     return python_base if speedups is None else speedups.RegionBase
 
 
-def install_region_methods(cpu: type, skipped: type) -> None:
+def install_region_methods(cpu: type, skipped: type, timed_coroutine: Callable[..., Any]) -> None:
     """Replace the host-clock ``CpuRegion`` and the ``SkippedRegion`` enter/exit written in
-    Python by the C ones, and tell the C call wrapper which classes those are."""
+    Python by the C ones, and tell the C call wrapper which classes those are and what
+    times a coroutine that a timed call returned."""
     if speedups is None:
         return
     base = speedups.RegionBase
@@ -76,7 +77,7 @@ def install_region_methods(cpu: type, skipped: type) -> None:
     cpu.__exit__ = base._cpu_exit  # type: ignore[attr-defined]
     skipped.__enter__ = base._skip_enter  # type: ignore[attr-defined]
     skipped.__exit__ = base._skip_exit  # type: ignore[attr-defined]
-    speedups.bind(time.perf_counter_ns, cpu, skipped)
+    speedups.bind(time.perf_counter_ns, cpu, skipped, timed_coroutine)
 
 
 def sync_wrapper(region: object) -> Callable[..., Any] | None:

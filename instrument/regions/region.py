@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import threading
 import unicodedata
-from collections.abc import Callable
-from types import TracebackType
+from collections.abc import Callable, Coroutine
+from types import CoroutineType, TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from instrument import _fields, _state, clocks, observe, registry
 from instrument._warn import warn_once
 from instrument.regions import native
-from instrument.regions.frames import Frame, close, get_top, new_frame, set_top, unlink
+from instrument.regions.frames import Frame, close, drop, get_top, new_frame, set_top, unlink
 from instrument.registry import CHUNK, OVERFLOW, fold
 from instrument.report import FLUSH_ROW, OTHER_ROW
 
@@ -187,10 +187,14 @@ class Region(RegionBase):
         try:
             result = wrapped(*args, **kwargs)
             ok = True
-            return result
         finally:
-            if frame is not None:
+            if frame is not None and not (ok and type(result) is CoroutineType):
                 close(frame, failing=not ok)
+        if type(result) is CoroutineType:  # the await is the call (timed_coroutine)
+            if frame is not None:
+                drop(frame)
+            return timed_coroutine(self, result)
+        return result
 
 
 class CpuRegion(Region):
@@ -312,7 +316,22 @@ class SkippedRegion(Region):
 
 
 # With the C accelerator, CpuRegion's and SkippedRegion's enter/exit above are replaced.
-native.install_region_methods(CpuRegion, SkippedRegion)
+async def timed_coroutine(region: Region, coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Await ``coroutine`` timed as ``region``, from its first resumption to its end: what a
+    timed call returns in place of the coroutine it returned (an ``async def`` behind a
+    plain callable, which ``inspect`` does not flag), as for a timed ``async def``."""
+    frame = region._open()
+    ok = False
+    try:
+        result = await coroutine
+        ok = True
+        return result
+    finally:
+        if frame is not None:
+            close(frame, failing=not ok)
+
+
+native.install_region_methods(CpuRegion, SkippedRegion, timed_coroutine)
 
 _MODE_CLASSES: dict[str, type[Region]] = {
     "cpu": CpuRegion,
