@@ -63,7 +63,7 @@ for pair in "${pairs[@]}"; do
     done <<< "$dev"
     [ "$("$env/bin/pip" freeze | grep -i '^torch==')" = "$before" ] || { kept="no: an extra changed $before"; status=1; }
     mkdir "$env-run"
-    cp -r "$work"/src/{tests,examples,docs,README.md,pyproject.toml} "$env-run/"  # as shipped
+    cp -r "$work"/src/{tests,examples,docs,README.md,CONTRIBUTING.md,CHANGELOG.md,pyproject.toml} "$env-run/"  # as shipped
     accel=$(cd "$env-run" && "$env/bin/python" -c "from instrument._native import speedups as s; print('none' if s is None else 'known layout' if s.CONTEXT_LAYOUT_KNOWN else 'generic path')")
     (cd "$env-run" && timeout 5400 "$env/bin/python" -m pytest -q -p no:cacheprovider) > "$work/$name.pytest.log" 2>&1 \
         || status=1
