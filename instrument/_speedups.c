@@ -3908,27 +3908,27 @@ static PyType_Slot timed_bound_slots[] = {
     {0, NULL},
 };
 
+/* Mutable, as their wrapt bases are (Python 3.14 refuses an immutable type over a mutable
+ * base; 3.12 and 3.13 warn). */
 static PyType_Spec timed_function_spec = {
     .name = "instrument._speedups.TimedFunctionWrapper",
     .basicsize = sizeof(TimedWrapperObject),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_METHOD_DESCRIPTOR,
+             Py_TPFLAGS_METHOD_DESCRIPTOR,
     .slots = timed_function_slots,
 };
 
 static PyType_Spec timed_callable_spec = {
     .name = "instrument._speedups.TimedCallableWrapper",
     .basicsize = sizeof(TimedWrapperObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-             Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .slots = timed_function_slots,
 };
 
 static PyType_Spec timed_bound_spec = {
     .name = "instrument._speedups.TimedBoundFunctionWrapper",
     .basicsize = sizeof(TimedWrapperObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-             Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .slots = timed_bound_slots,
 };
 

@@ -117,3 +117,21 @@ def test_core_suite_passes_on_the_pure_python_path() -> None:
         timeout=280,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+@needs_c
+def test_the_timed_wrapper_types_derive_from_wrapt_without_a_warning() -> None:
+    """Python 3.12 and 3.13 warn, and 3.14 refuses, an immutable type over a mutable base
+    (wrapt's): the C wrapper types are mutable, as their bases are."""
+    import warnings
+
+    import wrapt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        types = speedups.timed_function_types(wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)
+    assert [t.__name__ for t in types] == [
+        "TimedFunctionWrapper",
+        "TimedCallableWrapper",
+        "TimedBoundFunctionWrapper",
+    ]

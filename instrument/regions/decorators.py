@@ -38,7 +38,7 @@ class TimedFunction(wrapt.FunctionWrapper):  # type: ignore[type-arg]
         return _by_reference(self)
 
 
-for _type in (native.timed_types or ())[:2]:  # the C wrapper types: immutable, so this way
+for _type in (native.timed_types or ())[:2]:  # the C wrapper types, pickled by reference
     copyreg.pickle(_type, _by_reference)
 
 
