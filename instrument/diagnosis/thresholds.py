@@ -48,7 +48,7 @@ class Thresholds:
     #: ... with the stalls at least this share of the interval's time: stalls, warning.
     stall_share: float = 0.1
     #: Reports a trend needs (after the skipped first one).
-    trend_reports: int = 4
+    trend_reports: int = 6
     #: How steadily a trend must move: Kendall's tau of the series at least this.
     trend_tau: float = 0.6
     #: Step time grown by at least this fraction over the run: slowdown (a warning when one
@@ -57,8 +57,10 @@ class Thresholds:
     slowdown_growth: float = 0.25
     #: ... the growth of that region's share of the step ...
     slowdown_share: float = 0.1
-    #: ... with Kendall's tau of its share at least this.
+    #: ... with Kendall's tau of its share at least this ...
     slowdown_tau: float = 0.8
+    #: ... and its own time's growth at least this fraction of the step's growth.
+    slowdown_explains: float = 0.5
     #: Memory grown at least this many bytes over the run ...
     memory_growth: int = 32 * MIB
     #: ... with Kendall's tau at least this: memory_creep, warning.

@@ -169,8 +169,15 @@ class Trends:
             if where is None or path.count("/") > where.count("/"):
                 where, where_trend = path, region
         share_growth = 0.0 if where_trend is None else where_trend.last - where_trend.first
-        severity = "info"  # without such a region every one slowed alike: the machine
-        if where is not None:
+        step_growth = found.last - found.first
+        region_growth = 0.0
+        if where_trend is not None:
+            region_growth = where_trend.last * found.last - where_trend.first * found.first
+        # the region must hold most of the growth: else every region slowed (the machine),
+        # one of them a little more
+        explains = region_growth >= t.slowdown_explains * step_growth
+        severity = "info"
+        if where is not None and explains:
             severity = "critical" if found.growth >= 1.0 else "warning"
         why = (
             f"the step grew from {ms(found.first)} to {ms(found.last)} (+{pct(found.growth)}) "
@@ -191,10 +198,17 @@ class Trends:
             )
             evidence.update(region=where, region_first_share=where_trend.first)
             evidence.update(region_last_share=where_trend.last, share_growth=share_growth)
+            evidence.update(region_growth_s=region_growth)
             hint = (
                 f"look at what accumulates in {where} as the run goes on: a growing list or "
                 "cache, a growing input (sequence length), recompilation"
             )
+            if not explains:
+                why += f", {ms(region_growth)} of the step's {ms(step_growth)} growth"
+                hint = (
+                    "the whole step slowed, not mostly one region: look at the machine "
+                    f"(thermal throttling, other processes on its cores), then at {where}"
+                )
         else:
             why += "; every region slowed alike"
             hint = (

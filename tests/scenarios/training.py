@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 import instrument
 
-STEPS = 60
+STEPS = 80
 EVERY = 10
 BATCH = 64
 FEATURES = 2048
