@@ -142,6 +142,9 @@ def test_the_summary_names_the_problem(
     expected = EXPECTED.get((scenario, size))
     if expected is None:
         loud = [f for f in found if f["severity"] in ("warning", "critical")]
+        if scenario in TWO_RANKS:  # a constant problem cannot grow: on two cores, one rank
+            # slowed by the machine reads as the other's backward wait growing (a slowdown)
+            loud = [f for f in loud if f["kind"] != "slowdown"]
         assert not loud, json.dumps(summary, indent=1)
         return
     kind, path, rank = expected
