@@ -197,8 +197,11 @@ class Trends:
                 f"{ms(where_trend.last * found.last)})"
             )
             evidence.update(region=where, region_first_share=where_trend.first)
-            evidence.update(region_last_share=where_trend.last, share_growth=share_growth)
-            evidence.update(region_growth_s=region_growth)
+            evidence.update(
+                region_last_share=where_trend.last,
+                share_growth=share_growth,
+                region_growth_s=region_growth,
+            )
             hint = (
                 f"look at what accumulates in {where} as the run goes on: a growing list or "
                 "cache, a growing input (sequence length), recompilation"

@@ -428,7 +428,7 @@ def timed_comm_hook(hook: Hook | None = None, name: str = "ddp_all_reduce") -> H
     def timed_hook(state: Any, bucket: Any) -> torch.futures.Future[Any]:
         if not _installs:
             plain = inner(state, bucket)
-            return plain if hook is not None else plain.then(lambda f: f.value()[0])
+            return plain if hook is not None else plain.then(lambda f: unwrap(f.value()))
         buffer = bucket.buffer()
         span = Span(name, parent=_hook_parent())
         done = _ender(span, _tensor_bytes(buffer))

@@ -315,7 +315,6 @@ class SkippedRegion(Region):
         return None
 
 
-# With the C accelerator, CpuRegion's and SkippedRegion's enter/exit above are replaced.
 async def timed_coroutine(region: Region, coroutine: Coroutine[Any, Any, Any]) -> Any:
     """Await ``coroutine`` timed as ``region``, from its first resumption to its end: what a
     timed call returns in place of the coroutine it returned (an ``async def`` behind a
@@ -331,6 +330,7 @@ async def timed_coroutine(region: Region, coroutine: Coroutine[Any, Any, Any]) -
             close(frame, failing=not ok)
 
 
+# With the C accelerator, CpuRegion's and SkippedRegion's enter/exit above are replaced.
 native.install_region_methods(CpuRegion, SkippedRegion, timed_coroutine)
 
 _MODE_CLASSES: dict[str, type[Region]] = {
