@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -273,7 +274,7 @@ def test_a_rank_that_closed_is_not_waited_for(delay: float) -> None:
 
 
 EXITING_RANK = """
-import time, torch.distributed as dist, instrument
+import sys, time, torch.distributed as dist, instrument
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 reporter = instrument.Reporter(every=2, ranks="minmax", rank_timeout=60, memory=False, warmup=0)
@@ -282,7 +283,9 @@ for _ in range(4 if rank == 0 else 6):
         time.sleep(0.01)
     start = time.perf_counter()
     instrument.step()
-    print(f"rank {rank} stepped in {time.perf_counter() - start:.1f} s", flush=True)
+    # one write per line (print writes the newline apart): the ranks share one stdout
+    sys.stdout.write(f"rank {rank} stepped in {time.perf_counter() - start:.1f} s\\n")
+    sys.stdout.flush()
 # rank 0 ends here: no close(), no destroy_process_group(): only the flush at exit
 """
 
@@ -300,7 +303,9 @@ def test_a_rank_that_ended_at_interpreter_exit_is_not_waited_for(tmp_path: Path)
     assert done.returncode == 0, done.stderr[-3000:]
     said = done.stdout + done.stderr
     assert "ranks [0] closed their reporter before it (rank 0 at step 4)" in said
-    slowest = max(float(line.split()[-2]) for line in done.stdout.splitlines() if "stepped" in line)
+    stepped = re.findall(r"stepped in (\d+\.\d) s", done.stdout)
+    assert len(stepped) == 4 + 6, done.stdout
+    slowest = max(map(float, stepped))
     assert slowest < 20
     assert time.perf_counter() - start < 60
 
