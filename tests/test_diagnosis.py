@@ -536,6 +536,31 @@ def test_a_whole_step_that_slows_alike_is_only_info(clock: FakeClock) -> None:
     assert "the machine" in found.next
 
 
+def test_a_region_that_holds_under_half_of_the_growth_is_named_only_as_info(
+    clock: FakeClock,
+) -> None:
+    """Every region slows 2 % a step and ``data`` grows from nothing: its share of the step
+    grows steadily (15 % to 28 %), but its own growth is under half of the step's
+    (``slowdown_explains``), so the finding names it as info and sends the user to the
+    machine first."""
+
+    def step(clock: FakeClock, i: int) -> None:
+        k = 1 + 0.02 * i
+        phases(
+            data=0.00007 * i, forward=0.0035 * k, optimizer=0.0015 * k, other=0.000625 * k
+        )(clock, i)
+
+    found = kinds(run(clock, step, steps=80)[-1]).get("slowdown")
+    assert found is not None
+    assert (found.severity, found.path) == ("info", "data")
+    region, whole = found.evidence["region_growth_s"], found.evidence["last_s"]
+    assert 0 < region < 0.5 * (whole - found.evidence["first_s"])
+    assert "look at the machine" in found.next
+    strict = kinds(run(clock, step, steps=80, diagnose=Thresholds(slowdown_explains=0.3))[-1])
+    assert strict["slowdown"].severity != "info"
+    assert strict["slowdown"].path == "data"
+
+
 def test_the_thresholds_table_of_the_docs_is_the_code() -> None:
     docs = (Path(__file__).resolve().parent.parent / "docs" / "diagnosis.md").read_text()
     table = docs[docs.index("| threshold | default |") :].split("\n\n", 1)[0]
