@@ -47,3 +47,15 @@ def unchecked(cls: type[_T], **values: Any) -> _T:
     if state.keys() != cls.__dataclass_fields__.keys():  # type: ignore[attr-defined]
         raise TypeError(f"{cls.__name__}: missing or unknown fields in {sorted(values)}")
     return made(cls, state)
+
+
+def replaced(obj: _T, **changes: Any) -> _T:
+    """``dataclasses.replace(obj, **changes)`` for a frozen dataclass, without its
+    ``__init__`` (nor ``__post_init__``: ``obj`` passed its checks, ``changes`` are the
+    caller's promise): each field as stored (a lazily built field stays unbuilt); an
+    unknown field is a ``TypeError``."""
+    state = {name: obj.__dict__[name] for name in obj.__dataclass_fields__}  # type: ignore[attr-defined]
+    if not changes.keys() <= state.keys():
+        raise TypeError(f"{type(obj).__name__}: unknown fields in {sorted(changes)}")
+    state.update(changes)
+    return made(type(obj), state)

@@ -8,7 +8,6 @@ build the tree with self times → normalize → filter by level → one frozen
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import numbers
 import threading
@@ -32,7 +31,7 @@ from instrument import (
     throughput,
 )
 from instrument import peak_flops as peaks
-from instrument._frozen import unchecked
+from instrument._frozen import replaced, unchecked
 from instrument._warn import deprecated, warn_once
 from instrument.diagnosis import Diagnosis, RunSummary, Thresholds
 from instrument.distributed import agree
@@ -476,7 +475,8 @@ class Reporter:
         if self._diagnosis is None:
             return report
         try:
-            return dataclasses.replace(report, findings=self._diagnosis.add(report))
+            findings = self._diagnosis.add(report)
+            return replaced(report, findings=findings)
         except Exception:
             logger.exception("instrument: the diagnosis failed; the report goes out without it")
             self._diagnosis = None

@@ -9,15 +9,18 @@ import itertools
 import json
 import logging
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import instrument
 from instrument import cli
 from instrument.diagnosis import Diagnosis, Finding, RunSummary, Thresholds, diagnose
-from instrument.diagnosis.trends import POINTS, Series, trend
+from instrument.diagnosis.trends import POINTS, Series
 from instrument.report import Node, RankStats, Report
 from instrument.testing import FakeClock
 
@@ -359,14 +362,45 @@ def test_series_stay_bounded_and_trends_are_robust() -> None:
     for i in range(1000):
         series.add(i, 2.0 * i)
     assert len(series.points) <= POINTS
-    found = trend(series.points)
+    found = series.trend()
     assert found is not None
     assert found.tau == 1.0
     assert found.slope == pytest.approx(2.0)
-    noisy = [(float(i), 1.0 + (5.0 if i == 5 else 0.0)) for i in range(10)]
-    flat = trend(noisy)
+    noisy = Series()
+    for i in range(10):
+        noisy.add(float(i), 1.0 + (5.0 if i == 5 else 0.0))
+    flat = noisy.trend()
     assert flat is not None
     assert flat.slope == 0.0
+
+
+def _reference_trend(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Kendall's tau and the Theil-Sen slope of ``points``, pair by pair."""
+    pairs = list(itertools.combinations(points, 2))
+    score = sum((b[1] > a[1]) - (b[1] < a[1]) for a, b in pairs)
+    slopes = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in pairs if b[0] != a[0]]
+    return score / len(pairs), statistics.median(slopes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=6), min_size=3, max_size=3 * POINTS),
+    st.sets(st.integers(min_value=3, max_value=3 * POINTS)),
+)
+def test_a_series_trend_is_the_pairwise_one(values: list[int], asked: set[int]) -> None:
+    """The kept score and the slopes sorted in as trends are asked (ties, merges of
+    neighbours, trends asked at any points) equal tau and the slope taken pair by pair; the
+    spread is the values' range."""
+    series = Series()
+    for i, value in enumerate(values, 1):
+        series.add(float(i), float(value))
+        if i in asked or i == len(values):
+            found = series.trend()
+            assert found is not None
+            tau, slope = _reference_trend(series.points)
+            assert (found.tau, found.slope) == (pytest.approx(tau), pytest.approx(slope))
+            ys = [y for _, y in series.points]
+            assert series.spread == max(ys) - min(ys)
 
 
 def test_console_puts_the_verdict_first_and_the_summary_at_close(clock: FakeClock) -> None:

@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from instrument._frozen import replaced
 from instrument.diagnosis import rules
 from instrument.diagnosis.stalls import Stalls
 from instrument.diagnosis.summary import RunSummary, Seen, StepTrend
@@ -89,7 +90,7 @@ class Diagnosis:
         for finding in ordered(found):
             since = self._held.get(finding.key, _Held(start)).since_step
             held[finding.key] = _Held(since)
-            finding = replace(finding, since_step=since)
+            finding = replaced(finding, since_step=since)
             seen = self._seen.get(finding.key)
             self._seen[finding.key] = (
                 Seen(finding, 1, report.step) if seen is None else seen.again(finding, report.step)

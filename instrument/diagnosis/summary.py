@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from instrument._frozen import replaced
 from instrument.findings import KINDS, SEVERITIES, Finding
 from instrument.tree import verdict_lines
 
@@ -27,7 +28,7 @@ class Seen:
     def again(self, finding: Finding, step: int) -> Seen:
         """Held in one more report, as ``finding``."""
         worse = SEVERITIES.index(finding.severity) >= SEVERITIES.index(self.finding.severity)
-        kept = replace(finding, since_step=self.finding.since_step) if worse else self.finding
+        kept = replaced(finding, since_step=self.finding.since_step) if worse else self.finding
         return Seen(kept, self.reports + 1, step)
 
 

@@ -9,7 +9,7 @@ neighbours are averaged in pairs, so a long run costs bounded memory and time.
 
 from __future__ import annotations
 
-import statistics
+import bisect
 from dataclasses import dataclass
 
 from instrument.diagnosis.rules import ms, pct, size
@@ -29,26 +29,6 @@ MEMORY = (
 )
 
 
-class Series:
-    """(x, y) points, at most :data:`POINTS` (pairs of neighbours averaged beyond)."""
-
-    __slots__ = ("points",)
-
-    def __init__(self) -> None:
-        self.points: list[tuple[float, float]] = []
-
-    def add(self, x: float, y: float) -> None:
-        """Append a point."""
-        points = self.points
-        points.append((x, y))
-        if len(points) > POINTS:
-            pairs = zip(points[0::2], points[1::2], strict=False)
-            merged = [((a[0] + b[0]) / 2, (a[1] + b[1]) / 2) for a, b in pairs]
-            if len(points) % 2:
-                merged.append(points[-1])
-            self.points = merged
-
-
 @dataclass(frozen=True)
 class Trend:
     """A series' direction: Kendall's tau, the Theil-Sen slope (y per x), the fitted first
@@ -66,39 +46,80 @@ class Trend:
         return (self.last - self.first) / self.first if self.first > 0 else 0.0
 
 
-def tau_of(points: list[tuple[float, float]]) -> float:
-    """Kendall's tau of ``points`` in x order (0.0 for fewer than 2)."""
-    n = len(points)
-    if n < 2:
-        return 0.0
-    ys = [y for _, y in points]
-    score = 0
-    for i, yi in enumerate(ys):
-        for yj in ys[i + 1 :]:
-            score += (yj > yi) - (yj < yi)
-    return score / (n * (n - 1) / 2)
+class Series:
+    """(x, y) points in x order, at most :data:`POINTS` (pairs of neighbours averaged
+    beyond), and their trend. Kendall's score is kept as points arrive (each new point
+    against the sorted earlier values) and the pairwise slopes are sorted in when a trend
+    needs them, so a report adds O(n) work, not O(n²)."""
+
+    __slots__ = ("points", "_ys", "_score", "_slopes", "_sloped")
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, float]] = []
+        self._ys: list[float] = []  # the values so far, sorted
+        self._score = 0  # Kendall's S: concordant minus discordant pairs
+        self._slopes: list[float] = []  # the pairwise slopes of points[: self._sloped], sorted
+        self._sloped = 0
+
+    def add(self, x: float, y: float) -> None:
+        """Append a point."""
+        points = self.points
+        points.append((x, y))
+        if len(points) <= POINTS:
+            self._score_of(y)
+            return
+        pairs = zip(points[0::2], points[1::2], strict=False)
+        merged = [((a[0] + b[0]) / 2, (a[1] + b[1]) / 2) for a, b in pairs]
+        if len(points) % 2:
+            merged.append(points[-1])
+        self.points = merged
+        self._ys, self._score, self._slopes, self._sloped = [], 0, [], 0
+        for _, value in merged:
+            self._score_of(value)
+
+    def _score_of(self, y: float) -> None:
+        ys = self._ys
+        self._score += bisect.bisect_left(ys, y) - (len(ys) - bisect.bisect_right(ys, y))
+        bisect.insort(ys, y)
+
+    @property
+    def spread(self) -> float:
+        """The highest value less the lowest (0.0 without points)."""
+        ys = self._ys
+        return ys[-1] - ys[0] if ys else 0.0
+
+    @property
+    def tau(self) -> float:
+        """Kendall's tau of the points (0.0 for fewer than 2)."""
+        n = len(self.points)
+        return self._score / (n * (n - 1) / 2) if n >= 2 else 0.0
+
+    def trend(self, at_least: float | None = None) -> Trend | None:
+        """The trend (``None`` for fewer than 3 points, or when ``at_least`` is given and
+        Kendall's tau is below it: the slope is not worked out then)."""
+        points = self.points
+        if len(points) < 3:
+            return None
+        tau = self.tau
+        if at_least is not None and tau < at_least:
+            return None
+        slopes = self._slopes
+        for j in range(self._sloped, len(points)):
+            xj, yj = points[j]
+            for xi, yi in points[:j]:
+                if xj != xi:
+                    bisect.insort(slopes, (yj - yi) / (xj - xi))
+        self._sloped = len(points)
+        slope = _median(slopes) if slopes else 0.0
+        intercept = _median(sorted([y - slope * x for x, y in points]))
+        first, last = intercept + slope * points[0][0], intercept + slope * points[-1][0]
+        return Trend(tau, slope, first, last, points[-1][0] - points[0][0])
 
 
-def trend(points: list[tuple[float, float]], at_least: float | None = None) -> Trend | None:
-    """The trend of ``points`` (``None`` for fewer than 3, or when ``at_least`` is given and
-    Kendall's tau is below it: the slope is not worked out then)."""
-    n = len(points)
-    if n < 3:
-        return None
-    tau = tau_of(points)
-    if at_least is not None and tau < at_least:
-        return None
-    slopes = [
-        (yj - yi) / (xj - xi)
-        for i, (xi, yi) in enumerate(points)
-        for xj, yj in points[i + 1 :]
-        if xj != xi
-    ]
-    slope = statistics.median(slopes) if slopes else 0.0
-    xs = [x for x, _ in points]
-    intercept = statistics.median(y - slope * x for x, y in points)
-    first, last = intercept + slope * xs[0], intercept + slope * xs[-1]
-    return Trend(tau, slope, first, last, xs[-1] - xs[0])
+def _median(ordered: list[float]) -> float:
+    """The median of a sorted, non-empty list."""
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
 
 
 class Trends:
@@ -149,21 +170,20 @@ class Trends:
 
     def step_trend(self) -> Trend | None:
         """The step time's trend over the run so far."""
-        return trend(self.step.points)
+        return self.step.trend()
 
     def slowdown(self, t: Thresholds) -> Finding | None:
         """Step time growing steadily over the run, and the region that grows."""
-        points = self.step.points
-        if len(points) < t.trend_reports:
+        if len(self.step.points) < t.trend_reports:
             return None
-        found = trend(points, t.trend_tau)
+        found = self.step.trend(t.trend_tau)
         if found is None or found.growth < t.slowdown_growth:
             return None
         where, where_trend = None, None
         for path, series in self.regions.items():  # the deepest whose share grew steadily
             if len(series.points) < t.trend_reports:
                 continue
-            region = trend(series.points, t.slowdown_tau)
+            region = series.trend(t.slowdown_tau)
             if region is None or region.last - region.first < t.slowdown_share:
                 continue
             if where is None or path.count("/") > where.count("/"):
@@ -227,7 +247,9 @@ class Trends:
             series = self.memory.get(key)
             if series is None or len(series.points) < t.trend_reports:
                 continue
-            found = trend(series.points, t.memory_tau)
+            if series.spread < t.memory_growth:  # the values cannot show that much growth
+                continue
+            found = series.trend(t.memory_tau)
             if found is None:
                 continue
             grown = found.last - found.first

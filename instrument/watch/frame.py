@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from instrument.diagnosis.summary import RunSummary
-from instrument.diagnosis.trends import trend
 from instrument.diagnosis.view import View
 from instrument.distributed.stragglers import is_collective
 from instrument.report import FLUSH_ROW, Report
@@ -106,7 +105,7 @@ def _step_line(track: Track, unicode: bool) -> str:
         return "step: not measured (this report marked no instrument.step())"
     line = f"step: {_ms(view.step)} (median {_ms(view.usual_step)})"
     points = track.steps.points
-    fitted = trend(points)
+    fitted = track.steps.trend()
     if fitted is None:
         line += f" · trend: after 3 reports ({len(points)} so far)"
     else:
