@@ -131,6 +131,9 @@ class Rows(LazyNodes):
         scale, adjust, device, concurrent = self.scale, self.adjust, self.device, self.concurrent
         counts, totals, figures, links = self.counts, self.totals, self.figures, self.links
         same = scale is _same
+        # per step: the host total scaled as it is made (one Stats a path, not two)
+        per_step = scale.per_step if isinstance(scale, _PerStep) else 1.0
+        rescale = not same and per_step == 1.0
         kept = self.kept
         hosts: list[Stats] = []
         primaries: list[Stats] = []
@@ -143,11 +146,13 @@ class Rows(LazyNodes):
             extra = adjust.get(i, 0) if adjust else 0
             count = counts[i]
             if count:
-                host = from_figures(count, totals[i] + extra, figures, 7 * i)
+                host = from_figures(count, totals[i] + extra, figures, 7 * i, per_step)
+                if rescale:
+                    host = scale(host)
             else:
                 host = stats_of(None, extra)
-            if not same:
-                host = scale(host)
+                if not same:
+                    host = scale(host)
             acc = device.get(i) if device else None
             primary = host if acc is None else scale(acc.to_stats(extra))
             hosts.append(host)
@@ -201,8 +206,7 @@ def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:
     if normalizer == "steps":
         if not steps:
             return _same
-        per_step = 1.0 / steps
-        return lambda stats: stats.with_total(stats.total * per_step)
+        return _PerStep(steps)
     if normalizer == 1.0:
         return _same
     factor = 1.0 / float(normalizer)
@@ -211,3 +215,15 @@ def _scaler(normalizer: float | str, steps: int) -> Callable[[Stats], Stats]:
 
 def _same(stats: Stats) -> Stats:
     return stats
+
+
+class _PerStep:
+    """The ``"steps"`` normalizer: a path's total per step, its other figures per call."""
+
+    __slots__ = ("per_step",)
+
+    def __init__(self, steps: int) -> None:
+        self.per_step = 1.0 / steps
+
+    def __call__(self, stats: Stats) -> Stats:
+        return stats.with_total(stats.total * self.per_step)

@@ -187,15 +187,18 @@ def stats_of(summary: Summary | None, extra_ns: int = 0) -> Stats:
     return stats
 
 
-def from_figures(count: int, total_ns: int, figures: Sequence[float], at: int) -> Stats:
-    """A :class:`Stats` of ``count`` calls (> 0) totalling ``total_ns`` (never below 0), with
-    the mean, min, max, std, p50, p90 and p99 in seconds at ``figures[at : at + 7]`` (the
-    registry's columns; :func:`stats_of` of the same summary, without the tuple)."""
+def from_figures(
+    count: int, total_ns: int, figures: Sequence[float], at: int, per_step: float = 1.0
+) -> Stats:
+    """A :class:`Stats` of ``count`` calls (> 0) totalling ``total_ns`` (never below 0) times
+    ``per_step``, with the mean, min, max, std, p50, p90 and p99 in seconds at
+    ``figures[at : at + 7]`` (the registry's columns; :func:`stats_of` of the same summary,
+    without the tuple)."""
     return made(
         Stats,
         {
             "count": count,
-            "total": (total_ns if total_ns > 0 else 0) / 1e9,
+            "total": (total_ns if total_ns > 0 else 0) / 1e9 * per_step,
             "mean": figures[at],
             "min": figures[at + 1],
             "max": figures[at + 2],

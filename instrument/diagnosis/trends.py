@@ -147,16 +147,18 @@ class Trends:
         x = report.step - v.steps / 2
         self.step.add(x, v.usual_step)  # the median step: the mean jumps on a busy machine
         seen = set()
+        regions = self.regions
+        per_total = v.share(v.scale)  # a node's total -> its share of the step
         for node in report.nodes:
             if node.concurrent:
                 continue
-            seconds = v.seconds(node)
-            series = self.regions.get(node.path)
+            share = node.total * per_total  # shares: a loaded machine moves them little
+            series = regions.get(node.path)
             if series is None:
-                if len(self.regions) >= PATHS or v.share(seconds) < FOLLOWED_SHARE:
+                if share < FOLLOWED_SHARE or len(regions) >= PATHS:
                     continue
-                series = self.regions[node.path] = Series()
-            series.add(x, v.share(seconds))  # shares: a loaded machine moves them little
+                series = regions[node.path] = Series()
+            series.add(x, share)
             seen.add(node.path)
         other = self.regions.get(v.other_path)
         if other is None and v.share(v.other) >= FOLLOWED_SHARE and len(self.regions) < PATHS:

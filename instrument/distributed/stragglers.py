@@ -27,8 +27,9 @@ COLLECTIVES = frozenset(BUFFERS) | {"ddp_all_reduce", "barrier"}
 
 def is_collective(node: Node) -> bool:
     """A collective or a wait for other ranks (by name, moved bytes, or overlap)."""
-    name = node.name.removesuffix(" (async)").strip()
-    return node.concurrent or node.bytes > 0 or name in COLLECTIVES
+    if node.concurrent or node.bytes > 0:
+        return True
+    return node.name.removesuffix(" (async)").strip() in COLLECTIVES
 
 
 #: The key prefix of a region's own time across ranks (:func:`own_times`).
