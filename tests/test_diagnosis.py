@@ -580,9 +580,9 @@ def test_a_region_that_holds_under_half_of_the_growth_is_named_only_as_info(
 
     def step(clock: FakeClock, i: int) -> None:
         k = 1 + 0.02 * i
-        phases(
-            data=0.00007 * i, forward=0.0035 * k, optimizer=0.0015 * k, other=0.000625 * k
-        )(clock, i)
+        phases(data=0.00007 * i, forward=0.0035 * k, optimizer=0.0015 * k, other=0.000625 * k)(
+            clock, i
+        )
 
     found = kinds(run(clock, step, steps=80)[-1]).get("slowdown")
     assert found is not None

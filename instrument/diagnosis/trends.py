@@ -52,7 +52,7 @@ class Series:
     against the sorted earlier values) and the pairwise slopes are sorted in when a trend
     needs them, so a report adds O(n) work, not O(n²)."""
 
-    __slots__ = ("points", "_ys", "_score", "_slopes", "_sloped")
+    __slots__ = ("_score", "_sloped", "_slopes", "_ys", "points")
 
     def __init__(self) -> None:
         self.points: list[tuple[float, float]] = []
