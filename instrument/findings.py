@@ -35,6 +35,9 @@ Evidence = Mapping[str, Any]
 
 def _json_value(key: str, value: Any) -> Any:
     """``value`` if JSON-safe (a finite number, a string, None, a list of those)."""
+    kind = type(value)
+    if kind is float and math.isfinite(value):  # (the usual evidence: checked first)
+        return value
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):

@@ -8,7 +8,6 @@ depend only on it and the reports before it, so the live run (the reporter calls
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -141,7 +140,7 @@ def _explained(found: list[Finding]) -> list[Finding]:
 
 
 def _balanced(v: View) -> Finding:
-    largest = heapq.nlargest(4, v.phases, key=lambda n: n.total)
+    largest = sorted(v.phases, key=lambda n: n.total, reverse=True)[:4]
     parts = [n for n in largest if v.share(v.seconds(n)) >= 0.01]
     shares = ", ".join(f"{n.path} {rules.pct(v.share(v.seconds(n)))}" for n in parts)
     if v.share(v.other) >= 0.01:
