@@ -123,3 +123,27 @@ def test_unchecked_makes_what_the_dataclass_makes() -> None:
         unchecked(SelfCost, regions=1)
     with pytest.raises(TypeError, match="Report"):
         unchecked(Report, stepz=1)
+
+
+def test_replaced_is_dataclasses_replace_keeping_lazy_nodes(clock: FakeClock) -> None:
+    """A diagnosed report and a held finding are copied without the frozen __init__: equal
+    to ``dataclasses.replace``, a flush's nodes still unbuilt, and a clear error for a wrong
+    field."""
+    from instrument._frozen import replaced
+    from instrument.findings import Finding
+    from instrument.report import LazyNodes
+
+    reporter = instrument.Reporter(every=None, sinks=[], diagnose=False)
+    with instrument.timed("a"):
+        clock.advance(0.001)
+    report = reporter.flush()
+    reporter.close(flush=False)
+    finding = Finding("balanced", "info", "why", "next", evidence={"step_s": 0.5})
+    copy = replaced(report, findings=(finding,))
+    assert isinstance(copy.__dict__["nodes"], LazyNodes)  # not built by the copy
+    assert copy == dataclasses.replace(report, findings=(finding,))
+    assert copy.findings == (finding,)
+    assert report.findings == ()
+    assert replaced(finding, since_step=7) == dataclasses.replace(finding, since_step=7)
+    with pytest.raises(TypeError, match="Finding"):
+        replaced(finding, sinc_step=7)
