@@ -9,7 +9,7 @@ depend only on it and the reports before it, so the live run (the reporter calls
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from instrument._frozen import replaced
 from instrument.diagnosis import rules
@@ -22,11 +22,6 @@ from instrument.findings import Finding, ordered
 from instrument.report import Report
 
 Key = tuple[str, str | None, int | None]
-
-
-@dataclass
-class _Held:
-    since_step: int
 
 
 class Diagnosis:
@@ -45,7 +40,7 @@ class Diagnosis:
     def __init__(self, thresholds: Thresholds | None = None) -> None:
         self.thresholds = thresholds if thresholds is not None else Thresholds()
         self._relaxed = self.thresholds.relaxed()
-        self._held: dict[Key, _Held] = {}
+        self._held: dict[Key, int] = {}  # each finding held now: the step it holds since
         self._seen: dict[Key, Seen] = {}
         self._stalls = Stalls()
         self._trends = Trends()
@@ -85,10 +80,9 @@ class Diagnosis:
         ):
             found.append(_balanced(v))
         out = []
-        held: dict[Key, _Held] = {}
+        held: dict[Key, int] = {}
         for finding in ordered(found):
-            since = self._held.get(finding.key, _Held(start)).since_step
-            held[finding.key] = _Held(since)
+            since = held[finding.key] = self._held.get(finding.key, start)
             finding = replaced(finding, since_step=since)
             seen = self._seen.get(finding.key)
             self._seen[finding.key] = (
