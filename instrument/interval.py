@@ -132,8 +132,9 @@ class Rows(LazyNodes):
         counts, totals, figures, links = self.counts, self.totals, self.figures, self.links
         same = scale is _same
         # per step: the host total scaled as it is made (one Stats a path, not two)
-        per_step = scale.per_step if isinstance(scale, _PerStep) else 1.0
-        rescale = not same and per_step == 1.0
+        per_step, rescale = 1.0, not same
+        if isinstance(scale, _PerStep):
+            per_step, rescale = scale.per_step, False
         kept = self.kept
         hosts: list[Stats] = []
         primaries: list[Stats] = []

@@ -9,7 +9,6 @@ depend only on it and the reports before it, so the live run (the reporter calls
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from instrument._frozen import replaced
 from instrument.diagnosis import rules
@@ -73,7 +72,7 @@ class Diagnosis:
         creep = self._trends.memory_creep(self._for("memory_creep", held_kinds), v.step)
         found += [f for f in (slowdown, creep) if f is not None]
         if self._world_size > 1 and creep is not None:
-            found[-1] = replace(creep, rank=report.rank)
+            found[-1] = replaced(creep, rank=report.rank)
         found = _explained(found)
         if v.has_steps and not any(
             f.severity != "info" or f.kind == "compute_bound" for f in found
@@ -127,7 +126,7 @@ def _explained(found: list[Finding]) -> list[Finding]:
             out.remove(residual)
     wait = by_kind.get("collective_wait")
     if wait is not None and "straggler" in by_kind:
-        out[out.index(wait)] = replace(
+        out[out.index(wait)] = replaced(
             wait, severity="info", next="it is the waiting for the straggler named above"
         )
     return out

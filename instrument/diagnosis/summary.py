@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from instrument._frozen import replaced
@@ -108,7 +108,7 @@ class RunSummary:
         for item in sorted(seen, key=_importance):
             evidence = {**item.finding.evidence, "reports_held": item.reports}
             evidence["last_step"] = item.last_step
-            finding = replace(item.finding, evidence=evidence)
+            finding = replaced(item.finding, evidence=evidence)
             kept = item.reports >= needed or item.finding.kind in RUN_KINDS
             (lasting if kept else brief).append(finding)
         return cls(
