@@ -208,6 +208,18 @@ def test_rss_growing_steadily_is_memory_creep(clock: FakeClock) -> None:
     assert all(f.kind != "memory_creep" for f in diagnose(small).findings)
 
 
+def test_memory_creep_claims_no_more_growth_than_the_values_show(clock: FakeClock) -> None:
+    """RSS that rises 28 MiB and levels off: the fitted line would grow 40 MiB, over the
+    32 MiB threshold, but the values themselves span less, so it is no memory creep."""
+    reports = run(clock, phases(), steps=120)
+    mib = 1 << 20
+    levels = [0, 0, 0, 0, 0, 1, 2, 3, 4, 6, 7, 7]  # the first report's is not a trend point
+    summary = diagnose(_with_memory(reports, [500 * mib + 4 * mib * k for k in levels]))
+    assert all(f.kind != "memory_creep" for f in summary.findings)
+    steeper = _with_memory(reports, [500 * mib + 5 * mib * k for k in levels])
+    assert any(f.kind == "memory_creep" for f in diagnose(steeper).findings)
+
+
 def test_memory_near_capacity_is_memory_pressure(clock: FakeClock) -> None:
     reports = run(clock, phases(), steps=20)
     gib = 1 << 30
