@@ -243,3 +243,27 @@ def test_an_absolute_target_not_run_is_not_measured(
     path.write_text(json.dumps(_data(0.6, 2.0, 0.9)))
     assert ratios.main([str(path)]) == 0
     assert "not measured: flush / flush: 1000 paths x 10 calls" in capsys.readouterr().out
+
+
+def test_each_of_a_benchmarks_more_rows_is_checked_as_a_row_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = _flush_bench(570.0)
+    bench["extra_info"]["more_rows"] = [
+        {"label": "flush: 1000 paths x 10 calls", "value_ns": 900.0, "note": "x"},
+    ]
+    bench["extra_info"]["label"] = "flush alone"
+    data = _data(0.6, 2.0, 0.9)
+    data["benchmarks"].append(bench)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    assert ratios.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "- met: flush / flush: 1000 paths x 10 calls: 900 ns <= 2,000 ns\n" in out
+    assert "| flush alone |" in out
+    bench["extra_info"]["more_rows"][0]["value_ns"] = 2500.0
+    path.write_text(json.dumps(data))
+    assert ratios.main([str(path)]) == 1
+    assert "MISSED: flush / flush: 1000 paths x 10 calls: 2,500 ns > 2,000 ns" in (
+        capsys.readouterr().out
+    )

@@ -84,9 +84,10 @@ class Diagnosis:
             since = held[finding.key] = self._held.get(finding.key, start)
             finding = replaced(finding, since_step=since)
             seen = self._seen.get(finding.key)
-            self._seen[finding.key] = (
-                Seen(finding, 1, report.step) if seen is None else seen.again(finding, report.step)
-            )
+            if seen is None:
+                self._seen[finding.key] = Seen(finding, report.step)
+            else:
+                seen.again(finding, report.step)
             out.append(finding)
         self._held = held
         return tuple(out)

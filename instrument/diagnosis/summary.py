@@ -16,20 +16,25 @@ from instrument.tree import verdict_lines
 RUN_KINDS = frozenset({"slowdown", "memory_creep"})
 
 
-@dataclass(frozen=True)
 class Seen:
-    """A finding over the run: its most severe form (the latest at that severity), in how
-    many reports it held, the last step it held at."""
+    """A finding over the run, kept up to date as reports come: its most severe form (the
+    latest at that severity), the step it first held from, in how many reports it held, the
+    last step it held at."""
 
-    finding: Finding
-    reports: int
-    last_step: int
+    __slots__ = ("finding", "last_step", "reports", "since")
 
-    def again(self, finding: Finding, step: int) -> Seen:
+    def __init__(self, finding: Finding, step: int) -> None:
+        self.finding = finding
+        self.since = finding.since_step
+        self.reports = 1
+        self.last_step = step
+
+    def again(self, finding: Finding, step: int) -> None:
         """Held in one more report, as ``finding``."""
-        worse = SEVERITIES.index(finding.severity) >= SEVERITIES.index(self.finding.severity)
-        kept = replaced(finding, since_step=self.finding.since_step) if worse else self.finding
-        return Seen(kept, self.reports + 1, step)
+        if SEVERITIES.index(finding.severity) >= SEVERITIES.index(self.finding.severity):
+            self.finding = finding
+        self.reports += 1
+        self.last_step = step
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ class RunSummary:
         for item in sorted(seen, key=_importance):
             evidence = {**item.finding.evidence, "reports_held": item.reports}
             evidence["last_step"] = item.last_step
-            finding = replaced(item.finding, evidence=evidence)
+            finding = replaced(item.finding, evidence=evidence, since_step=item.since)
             kept = item.reports >= needed or item.finding.kind in RUN_KINDS
             (lasting if kept else brief).append(finding)
         return cls(

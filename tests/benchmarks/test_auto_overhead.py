@@ -27,6 +27,7 @@ from paired import Contender
 from torch import nn
 
 import instrument
+from instrument.diagnosis import Diagnosis
 
 if TYPE_CHECKING:
     from conftest import Measure, Paired
@@ -508,36 +509,42 @@ def _auto_step_rounds(paired: Paired) -> None:
     assert not any("forward" in vars(m) for m in model.modules())  # auto took its own off
 
 
-#: Top-level paths recorded in each interval of the report row's second block.
+#: Top-level paths recorded in each interval of the report rows' second block.
 EXTRA_PATHS = 200
-#: Reports of each kind (the model's own paths, and with the extra ones) in the report row.
+#: Reports of each kind (diagnosed or not; the model's own paths, or with the extra ones).
 REPORT_ROUNDS = 150
 
 
 @pytest.mark.benchmark(group="auto-step")
-@pytest.mark.parametrize("diagnose", [True, False], ids=["diagnosed", "undiagnosed"])
-def test_auto_report_on_the_step_model(benchmark: Any, diagnose: bool) -> None:
+def test_auto_report_on_the_step_model(benchmark: Any) -> None:
     """What one of ``auto``'s reports costs on the auto-step group's model (the tiny MLP with
-    AdamW, 50 steps an interval; memory on, no sink; diagnosed as ``auto`` does by default,
-    or not), in this thread's CPU time, with what it costs the steps after it: each interval
-    times its ``AFTER_REPORT`` last steps (the steadiest, furthest from the last report),
-    then the report and as many steps after it; the difference is the report's cost.
-    First ``REPORT_ROUNDS`` intervals with the model's own paths only, then as many that
-    also record ``EXTRA_PATHS`` top-level paths: the two give a fixed cost per report plus a
-    cost per path; ``value_ns`` is the fixed part, the figure the target is checked against.
-    The blocks run one after the other, not alternating: a path recorded in one report is
-    walked by the next ones too (until it is released, idle), so alternating would charge
-    the fixed part with 200 idle paths."""
+    AdamW, 50 steps an interval; memory on, no sink), in this thread's CPU time, with what it
+    costs the steps after it: each interval times its ``AFTER_REPORT`` last steps (the
+    steadiest, furthest from the last report), then the report and as many steps after it;
+    the difference is the report's cost. Intervals alternate between a report alone and a
+    report diagnosed (:meth:`Diagnosis.add <instrument.diagnosis.Diagnosis.add>` on it, as
+    ``auto``'s reporter does by default), so the two are measured in the same rounds and
+    their difference is the diagnosis's part.
+    First ``REPORT_ROUNDS`` intervals of each kind with the model's own paths only, then as
+    many that also record ``EXTRA_PATHS`` top-level paths: the two give a fixed cost per
+    report plus a cost per path; ``value_ns`` is the fixed part, the figure the target is
+    checked against. The blocks run one after the other: a path recorded in one report is
+    walked by the next ones too (until it is released, idle), so alternating them would
+    charge the fixed part with 200 idle paths."""
     model, opt, step = mlp_adamw_setup()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     instrument.configure(clock="cpu")
-    handle = instrument.auto(model, opt, every=None, sinks=[], diagnose=diagnose)
+    handle = instrument.auto(model, opt, every=None, sinks=[], diagnose=False)
     flush = handle.reporter.flush
+    diagnosis = Diagnosis()
     names = [f"extra.{i}" for i in range(EXTRA_PATHS)]
-    own: list[int] = []
-    more: list[int] = []
+    #: ns per report, by (diagnosed, with the extra paths)
+    spent: dict[tuple[bool, bool], list[int]] = {
+        (d, e): [] for d in (False, True) for e in (False, True)
+    }
     paths = [0, 0]
+    findings = 0
 
     def steps(n: int) -> None:
         for _ in range(n):
@@ -545,9 +552,9 @@ def test_auto_report_on_the_step_model(benchmark: Any, diagnose: bool) -> None:
 
     try:
         steps(REPORT_EVERY)
-        flush()  # first-use costs
-        for r in range(2 * REPORT_ROUNDS):
-            extra = r >= REPORT_ROUNDS
+        diagnosis.add(flush())  # first-use costs
+        for r in range(4 * REPORT_ROUNDS):
+            extra, diagnose = r >= 2 * REPORT_ROUNDS, r % 2 == 1
             for name in names if extra else ():
                 with instrument.timed(name):
                     pass
@@ -556,26 +563,46 @@ def test_auto_report_on_the_step_model(benchmark: Any, diagnose: bool) -> None:
             steps(AFTER_REPORT)
             t1 = thread_time_ns()
             report = flush()
+            if diagnose:
+                findings += len(diagnosis.add(report))
             steps(AFTER_REPORT)
             t2 = thread_time_ns()
-            (more if extra else own).append((t2 - t1) - (t1 - t0))
+            spent[diagnose, extra].append((t2 - t1) - (t1 - t0))
             paths[extra] = len(report.nodes)
     finally:
         handle.remove()
         torch.set_num_threads(threads)
         instrument.configure(clock="auto")
     assert paths[1] == paths[0] + EXTRA_PATHS
-    assert bool(report.findings) == diagnose
-    per_path = max(statistics.median(more) - statistics.median(own), 0) / EXTRA_PATHS
-    fixed = statistics.median(own) - per_path * paths[0]
-    how = "diagnosed" if diagnose else "without diagnosis"
+    assert findings >= 2 * REPORT_ROUNDS  # every diagnosed report had a verdict
+
+    def fixed_and_per_path(own: list[int], more: list[int]) -> tuple[float, float]:
+        per_path = max(statistics.median(more) - statistics.median(own), 0) / EXTRA_PATHS
+        return statistics.median(own) - per_path * paths[0], per_path
+
+    alone = fixed_and_per_path(spent[False, False], spent[False, True])
+    diagnosed = fixed_and_per_path(spent[True, False], spent[True, True])
+    part = (diagnosed[0] - alone[0], diagnosed[1] - alone[1])
+    rows = (
+        ("auto report without diagnosis, with its effect on the next steps: fixed part", alone),
+        ("auto report diagnosed, with its effect on the next steps: fixed part", diagnosed),
+        ("the diagnosis's part of an auto report (diagnosed less undiagnosed): fixed", part),
+    )
     benchmark.extra_info.update(
-        label=f"auto report {how}, with its effect on the next steps: fixed part",
+        label=rows[0][0],
         inner=1,
-        value_ns=fixed,
-        per_path_ns=per_path,
+        value_ns=alone[0],
+        per_path_ns=alone[1],
         paths=paths,
-        note=f"median of {len(own)} reports at {paths[0]} paths and {len(more)} at {paths[1]}; "
-        f"fixed {fixed / 1e3:.0f} µs + {per_path / 1e3:.2f} µs per path",
+        note=f"median of {REPORT_ROUNDS} reports at {paths[0]} paths and {REPORT_ROUNDS} at "
+        f"{paths[1]}, each kind; fixed {alone[0] / 1e3:.0f} µs + {alone[1] / 1e3:.2f} µs per path",
+        more_rows=[
+            {
+                "label": label,
+                "value_ns": fixed,
+                "note": f"fixed {fixed / 1e3:.0f} µs + {per_path / 1e3:.2f} µs per path",
+            }
+            for label, (fixed, per_path) in rows[1:]
+        ],
     )
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # keeps it a benchmark
