@@ -16,9 +16,10 @@ _defaults: dict[type, tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]],
 
 def made(cls: type[_T], state: dict[str, Any]) -> _T:
     """An instance of ``cls`` whose fields are ``state`` (every field, nothing else, each
-    of its type: the caller's promise; ``state`` becomes the instance's ``__dict__``)."""
+    of its type: the caller's promise), copied into the instance's own ``__dict__`` (a
+    key-sharing dict: cheaper to make and to read than ``state`` set as ``__dict__``)."""
     obj = object.__new__(cls)
-    object.__setattr__(obj, "__dict__", state)
+    obj.__dict__.update(state)
     return obj
 
 

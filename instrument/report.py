@@ -236,25 +236,21 @@ class Node:
         concurrent_time: float = 0.0,
     ) -> Node:
         """``Node(...)`` without the frozen dataclass's per-field ``__setattr__`` (the flush
-        builds one per path)."""
+        builds one per path): each field set in turn in the instance's own, key-sharing
+        ``__dict__``."""
         node = object.__new__(cls)
-        object.__setattr__(
-            node,
-            "__dict__",
-            {
-                "path": path,
-                "host": host,
-                "device": device,
-                "self_time": self_time,
-                "clock": clock,
-                "level": level,
-                "bytes": nbytes,
-                "concurrent": concurrent,
-                "ranks": None,
-                "open": is_open,
-                "concurrent_time": concurrent_time,
-            },
-        )
+        state = node.__dict__
+        state["path"] = path
+        state["host"] = host
+        state["device"] = device
+        state["self_time"] = self_time
+        state["clock"] = clock
+        state["level"] = level
+        state["bytes"] = nbytes
+        state["concurrent"] = concurrent
+        state["ranks"] = None
+        state["open"] = is_open
+        state["concurrent_time"] = concurrent_time
         return node
 
     @property

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from instrument._frozen import made
+_object_new = object.__new__
 
 BUCKETS_PER_OCTAVE = 8
 NBUCKETS = 384
@@ -168,23 +168,17 @@ def stats_of(summary: Summary | None, extra_ns: int = 0) -> Stats:
     if summary is None:
         return _EMPTY if extra_ns <= 0 else dataclasses.replace(_EMPTY, total=extra_ns / 1e9)
     total_ns = summary[1] + extra_ns if extra_ns else summary[1]
-    stats = object.__new__(Stats)  # Stats(...) without its per-field __setattr__, as _new
-    object.__setattr__(
-        stats,
-        "__dict__",
-        {
-            "count": summary[0],
-            "total": (total_ns if total_ns > 0 else 0) / 1e9,
-            "mean": summary[2],
-            "min": summary[3],
-            "max": summary[4],
-            "std": summary[5],
-            "p50": summary[6],
-            "p90": summary[7],
-            "p99": summary[8],
-        },
+    return _new(
+        summary[0],
+        (total_ns if total_ns > 0 else 0) / 1e9,
+        summary[2],
+        summary[3],
+        summary[4],
+        summary[5],
+        summary[6],
+        summary[7],
+        summary[8],
     )
-    return stats
 
 
 def from_figures(
@@ -194,19 +188,16 @@ def from_figures(
     ``per_step``, with the mean, min, max, std, p50, p90 and p99 in seconds at
     ``figures[at : at + 7]`` (the registry's columns; :func:`stats_of` of the same summary,
     without the tuple)."""
-    return made(
-        Stats,
-        {
-            "count": count,
-            "total": (total_ns if total_ns > 0 else 0) / 1e9 * per_step,
-            "mean": figures[at],
-            "min": figures[at + 1],
-            "max": figures[at + 2],
-            "std": figures[at + 3],
-            "p50": figures[at + 4],
-            "p90": figures[at + 5],
-            "p99": figures[at + 6],
-        },
+    return _new(
+        count,
+        (total_ns if total_ns > 0 else 0) / 1e9 * per_step,
+        figures[at],
+        figures[at + 1],
+        figures[at + 2],
+        figures[at + 3],
+        figures[at + 4],
+        figures[at + 5],
+        figures[at + 6],
     )
 
 
@@ -222,23 +213,20 @@ def _new(
     p99: float,
 ) -> Stats:
     """``Stats(...)`` without the frozen dataclass's per-field ``__setattr__`` (the flush
-    builds one or two per path)."""
-    stats = object.__new__(Stats)
-    object.__setattr__(
-        stats,
-        "__dict__",
-        {
-            "count": count,
-            "total": total,
-            "mean": mean,
-            "min": min,
-            "max": max,
-            "std": std,
-            "p50": p50,
-            "p90": p90,
-            "p99": p99,
-        },
-    )
+    builds one or two per path): the fields set in the instance's own ``__dict__`` in their
+    declared order, which keeps it a key-sharing dict (a third cheaper than a dict made
+    apart and set as ``__dict__``)."""
+    stats = _object_new(Stats)
+    state = stats.__dict__
+    state["count"] = count
+    state["total"] = total
+    state["mean"] = mean
+    state["min"] = min
+    state["max"] = max
+    state["std"] = std
+    state["p50"] = p50
+    state["p90"] = p90
+    state["p99"] = p99
     return stats
 
 
