@@ -628,9 +628,9 @@ class Reader:
 
     def holds_records(self) -> bool:
         """True when something waits here to be reported."""
-        return any(node.has_records() for node in self.stats.values()) or bool(
-            self.device or self.bytes or self.adjust_ns or self.covered_ns
-        )
+        if self.device or self.bytes or self.adjust_ns or self.covered_ns:
+            return True
+        return bool(self.stats) and any(node.has_records() for node in self.stats.values())
 
     def _add(self, delta: _Sparse) -> None:
         """Add an interval's device times, bytes and time adjustments. Under ``_lock``."""
@@ -750,7 +750,10 @@ def _collect(open_now: list[OpenCall], reader: Reader | None) -> Collected:
         early, _early = _early, {}
         ended = _swap_spans()  # (before the walk: an interval here has its duration there)
         united, _united = _united, {}
-        others = [other for other in _live_readers() if other is not reader]
+        if reader is not None and len(_readers) == 1 and id(reader) in _readers:
+            others = []  # (the usual case, one reporter: no list of the readers made)
+        else:
+            others = [other for other in _live_readers() if other is not reader]
         shared = bool(others) or (reader is not None and reader.holds_records())
         keep = opened.union([item[0] for item in batch], early) if batch or early else opened
         limit = idle_flushes if _REFCOUNTS else sys.maxsize
