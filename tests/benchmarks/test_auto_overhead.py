@@ -518,19 +518,21 @@ REPORT_ROUNDS = 150
 @pytest.mark.benchmark(group="auto-step")
 def test_auto_report_on_the_step_model(benchmark: Any) -> None:
     """What one of ``auto``'s reports costs on the auto-step group's model (the tiny MLP with
-    AdamW, 50 steps an interval; memory on, no sink), in this thread's CPU time, with what it
-    costs the steps after it: each interval times its ``AFTER_REPORT`` last steps (the
-    steadiest, furthest from the last report), then the report and as many steps after it;
-    the difference is the report's cost. Intervals alternate between a report alone and a
-    report diagnosed (:meth:`Diagnosis.add <instrument.diagnosis.Diagnosis.add>` on it, as
-    ``auto``'s reporter does by default), so the two are measured in the same rounds and
-    their difference is the diagnosis's part.
+    AdamW, 50 steps an interval; memory on, no sink), in this thread's CPU time: the report
+    itself, where it runs (in the training loop, its code cold), and with what it costs the
+    steps after it: each interval times its ``AFTER_REPORT`` last steps (the steadiest,
+    furthest from the last report), then the report and as many steps after it; the
+    difference is the report's cost with its effect on those steps. Intervals alternate
+    between a report alone and a report diagnosed (:meth:`Diagnosis.add
+    <instrument.diagnosis.Diagnosis.add>` on it, as ``auto``'s reporter does by default), so
+    the two are measured in the same rounds and their difference is the diagnosis's part.
     First ``REPORT_ROUNDS`` intervals of each kind with the model's own paths only, then as
     many that also record ``EXTRA_PATHS`` top-level paths: the two give a fixed cost per
-    report plus a cost per path; ``value_ns`` is the fixed part, the figure the target is
-    checked against. The blocks run one after the other: a path recorded in one report is
-    walked by the next ones too (until it is released, idle), so alternating them would
-    charge the fixed part with 200 idle paths."""
+    report plus a cost per path; ``value_ns`` is the fixed part of the report itself, the
+    figure the target is checked against (the others are ``more_rows``). The blocks run one
+    after the other: a path recorded in one report is walked by the next ones too (until it
+    is released, idle), so alternating them would charge the fixed part with 200 idle
+    paths."""
     model, opt, step = mlp_adamw_setup()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -539,10 +541,10 @@ def test_auto_report_on_the_step_model(benchmark: Any) -> None:
     flush = handle.reporter.flush
     diagnosis = Diagnosis()
     names = [f"extra.{i}" for i in range(EXTRA_PATHS)]
-    #: ns per report, by (diagnosed, with the extra paths)
-    spent: dict[tuple[bool, bool], list[int]] = {
-        (d, e): [] for d in (False, True) for e in (False, True)
-    }
+    kinds = [(d, e) for d in (False, True) for e in (False, True)]
+    #: ns per report, by (diagnosed, with the extra paths): itself, and with the steps after
+    itself: dict[tuple[bool, bool], list[int]] = {kind: [] for kind in kinds}
+    spent: dict[tuple[bool, bool], list[int]] = {kind: [] for kind in kinds}
     paths = [0, 0]
     findings = 0
 
@@ -565,8 +567,10 @@ def test_auto_report_on_the_step_model(benchmark: Any) -> None:
             report = flush()
             if diagnose:
                 findings += len(diagnosis.add(report))
+            reported = thread_time_ns()
             steps(AFTER_REPORT)
             t2 = thread_time_ns()
+            itself[diagnose, extra].append(reported - t1)
             spent[diagnose, extra].append((t2 - t1) - (t1 - t0))
             paths[extra] = len(report.nodes)
     finally:
@@ -576,18 +580,33 @@ def test_auto_report_on_the_step_model(benchmark: Any) -> None:
     assert paths[1] == paths[0] + EXTRA_PATHS
     assert findings >= 2 * REPORT_ROUNDS  # every diagnosed report had a verdict
 
-    def fixed_and_per_path(own: list[int], more: list[int]) -> tuple[float, float]:
+    def fixed_and_per_path(
+        times: dict[tuple[bool, bool], list[int]], diagnose: bool
+    ) -> tuple[float, float]:
+        own, more = times[diagnose, False], times[diagnose, True]
         per_path = max(statistics.median(more) - statistics.median(own), 0) / EXTRA_PATHS
         return statistics.median(own) - per_path * paths[0], per_path
 
-    alone = fixed_and_per_path(spent[False, False], spent[False, True])
-    diagnosed = fixed_and_per_path(spent[True, False], spent[True, True])
-    part = (diagnosed[0] - alone[0], diagnosed[1] - alone[1])
+    alone, diagnosed = fixed_and_per_path(itself, False), fixed_and_per_path(itself, True)
     rows = (
-        ("auto report without diagnosis, with its effect on the next steps: fixed part", alone),
-        ("auto report diagnosed, with its effect on the next steps: fixed part", diagnosed),
-        ("the diagnosis's part of an auto report (diagnosed less undiagnosed): fixed", part),
+        ("auto report without diagnosis: fixed part", alone),
+        (
+            "the diagnosis of an auto report (diagnosed less undiagnosed): fixed part",
+            (diagnosed[0] - alone[0], diagnosed[1] - alone[1]),
+        ),
+        (
+            "auto report without diagnosis, with its effect on the next steps: fixed part",
+            fixed_and_per_path(spent, False),
+        ),
+        (
+            "auto report diagnosed, with its effect on the next steps: fixed part",
+            fixed_and_per_path(spent, True),
+        ),
     )
+
+    def note(fixed: float, per_path: float) -> str:
+        return f"fixed {fixed / 1e3:.0f} µs + {per_path / 1e3:.2f} µs per path"
+
     benchmark.extra_info.update(
         label=rows[0][0],
         inner=1,
@@ -595,14 +614,10 @@ def test_auto_report_on_the_step_model(benchmark: Any) -> None:
         per_path_ns=alone[1],
         paths=paths,
         note=f"median of {REPORT_ROUNDS} reports at {paths[0]} paths and {REPORT_ROUNDS} at "
-        f"{paths[1]}, each kind; fixed {alone[0] / 1e3:.0f} µs + {alone[1] / 1e3:.2f} µs per path",
+        f"{paths[1]}, each kind; {note(*alone)}",
         more_rows=[
-            {
-                "label": label,
-                "value_ns": fixed,
-                "note": f"fixed {fixed / 1e3:.0f} µs + {per_path / 1e3:.2f} µs per path",
-            }
-            for label, (fixed, per_path) in rows[1:]
+            {"label": label, "value_ns": figures[0], "note": note(*figures)}
+            for label, figures in rows[1:]
         ],
     )
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # keeps it a benchmark
