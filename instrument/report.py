@@ -239,18 +239,11 @@ class Node:
         builds one per path): each field set in turn in the instance's own, key-sharing
         ``__dict__``."""
         node = object.__new__(cls)
-        state = node.__dict__
-        state["path"] = path
-        state["host"] = host
-        state["device"] = device
-        state["self_time"] = self_time
-        state["clock"] = clock
-        state["level"] = level
-        state["bytes"] = nbytes
-        state["concurrent"] = concurrent
-        state["ranks"] = None
-        state["open"] = is_open
-        state["concurrent_time"] = concurrent_time
+        state = node.__dict__  # (in the fields' order; three a line compile without a tuple)
+        state["path"], state["host"], state["device"] = path, host, device
+        state["self_time"], state["clock"], state["level"] = self_time, clock, level
+        state["bytes"], state["concurrent"], state["ranks"] = nbytes, concurrent, None
+        state["open"], state["concurrent_time"] = is_open, concurrent_time
         return node
 
     @property
@@ -265,53 +258,55 @@ class Node:
 
     @property
     def stats(self) -> Stats:
-        """The primary statistics (device if measured, else host)."""
+        """The primary statistics (device if measured, else host). The figures below read
+        them the same way without this call: they are read per path, several times a
+        report."""
         return self.device if self.device is not None else self.host
 
     @property
     def count(self) -> int:
         """Number of calls (never normalized)."""
-        return self.stats.count
+        return (self.host if self.device is None else self.device).count
 
     @property
     def total(self) -> float:
         """Total time (seconds, normalized)."""
-        return self.stats.total
+        return (self.host if self.device is None else self.device).total
 
     @property
     def mean(self) -> float:
         """Mean time per call (seconds)."""
-        return self.stats.mean
+        return (self.host if self.device is None else self.device).mean
 
     @property
     def min(self) -> float:
         """Shortest call (seconds)."""
-        return self.stats.min
+        return (self.host if self.device is None else self.device).min
 
     @property
     def max(self) -> float:
         """Longest call (seconds)."""
-        return self.stats.max
+        return (self.host if self.device is None else self.device).max
 
     @property
     def std(self) -> float:
         """Standard deviation of the calls (seconds)."""
-        return self.stats.std
+        return (self.host if self.device is None else self.device).std
 
     @property
     def p50(self) -> float:
         """Median call, from the histogram (seconds)."""
-        return self.stats.p50
+        return (self.host if self.device is None else self.device).p50
 
     @property
     def p90(self) -> float:
         """90th percentile call (seconds)."""
-        return self.stats.p90
+        return (self.host if self.device is None else self.device).p90
 
     @property
     def p99(self) -> float:
         """99th percentile call (seconds)."""
-        return self.stats.p99
+        return (self.host if self.device is None else self.device).p99
 
     @property
     def rank_min(self) -> float | None:

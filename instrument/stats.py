@@ -217,16 +217,10 @@ def _new(
     declared order, which keeps it a key-sharing dict (a third cheaper than a dict made
     apart and set as ``__dict__``)."""
     stats = _object_new(Stats)
-    state = stats.__dict__
-    state["count"] = count
-    state["total"] = total
-    state["mean"] = mean
-    state["min"] = min
-    state["max"] = max
-    state["std"] = std
-    state["p50"] = p50
-    state["p90"] = p90
-    state["p99"] = p99
+    state = stats.__dict__  # (three a line compile without a tuple)
+    state["count"], state["total"], state["mean"] = count, total, mean
+    state["min"], state["max"], state["std"] = min, max, std
+    state["p50"], state["p90"], state["p99"] = p50, p90, p99
     return stats
 
 

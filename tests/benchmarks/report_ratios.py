@@ -35,7 +35,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,32 +97,25 @@ def load_rows(data: dict[str, Any]) -> list[Row]:
             continue
         stats = bench["stats"]
         inner = int(extra.get("inner", 1)) or 1
-        rows.append(
-            Row(
-                group=group,
-                label=str(extra.get("label") or bench["name"]),
-                min_ns=stats["min"] * 1e9 / inner,
-                median_ns=stats["median"] * 1e9 / inner,
-                rounds=int(stats.get("rounds", 0)),
-                baseline=bool(extra.get("baseline", False)),
-                note=str(extra.get("note", "")),
-                floor=bool(extra.get("floor", False)),
-                value_ns=None if extra.get("value_ns") is None else float(extra["value_ns"]),
-            )
+        row = Row(
+            group=group,
+            label=str(extra.get("label") or bench["name"]),
+            min_ns=stats["min"] * 1e9 / inner,
+            median_ns=stats["median"] * 1e9 / inner,
+            rounds=int(stats.get("rounds", 0)),
+            baseline=bool(extra.get("baseline", False)),
+            note=str(extra.get("note", "")),
+            floor=bool(extra.get("floor", False)),
+            value_ns=None if extra.get("value_ns") is None else float(extra["value_ns"]),
         )
-        rows.extend(
-            Row(
-                group=group,
-                label=str(more["label"]),
-                min_ns=float(more["value_ns"]),
-                median_ns=float(more["value_ns"]),
-                rounds=int(stats.get("rounds", 0)),
-                baseline=False,
-                note=str(more.get("note", "")),
-                value_ns=float(more["value_ns"]),
+        rows.append(row)
+        for more in extra.get("more_rows", ()):  # other figures of the same benchmark
+            value = float(more["value_ns"])
+            figures = {"min_ns": value, "median_ns": value, "value_ns": value}
+            label, note = str(more["label"]), str(more.get("note", ""))
+            rows.append(
+                replace(row, label=label, note=note, baseline=False, floor=False, **figures)
             )
-            for more in extra.get("more_rows", ())
-        )
     return rows
 
 

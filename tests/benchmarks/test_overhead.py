@@ -455,13 +455,14 @@ FLUSH_CASES = [
 @pytest.mark.benchmark(group="flush")
 @pytest.mark.parametrize(("paths", "calls"), FLUSH_CASES, ids=[f"{p}x{c}" for p, c in FLUSH_CASES])
 def test_flush(measure: Measure, benchmark: Any, paths: int, calls: int) -> None:
-    """One whole ``Reporter.flush()`` (collect, report, memory sample, no sinks) after
-    ``paths`` x ``calls`` untimed records; ``extra_info["value_ns"]`` is its least time per
-    path (the flush target of docs/performance.md is on it)."""
+    """One whole ``Reporter.flush()`` (collect, report, memory sample, no sinks, no diagnosis:
+    its cost is ``test_diagnosis_cost.py``'s) after ``paths`` x ``calls`` untimed records;
+    ``extra_info["value_ns"]`` is its least time per path (the flush target of
+    docs/performance.md is on it)."""
     _forget_paths()
     instrument.configure(clock="cpu")
     regions = [instrument.timed(f"p{i}") for i in range(paths)]
-    reporter = instrument.Reporter(every=10**9, sinks=[])
+    reporter = instrument.Reporter(every=10**9, sinks=[], diagnose=False)
 
     def record() -> None:
         for region in regions:
