@@ -93,20 +93,21 @@ _fork_locks: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
 #: Objects a forked child inherited in a state it must not touch (a file object whose
 #: internal lock another thread of the parent held): kept alive, never used or closed.
 inherited: list[object] = []
-#: The live reporters by the order they were made (weakly held): ``instrument.step()``
-#: ticks them in that order, the same on every rank.
-_live: weakref.WeakValueDictionary[int, Reporter] = weakref.WeakValueDictionary()
+#: The live reporters in the order they were made, weakly held: ``instrument.step()``
+#: ticks them in that order, the same on every rank. A tuple replaced under the lock at
+#: each change and read without it, at every step (a dropped reporter is skipped there, and
+#: left out at the next change).
+_live: tuple[weakref.ref[Reporter], ...] = ()
 _live_lock = ForkSafeLock()
 _reporter_made = False
-_made = itertools.count()
 _cross_rank_made = itertools.count()
 
 
 def track(reporter: Reporter) -> None:
     """``reporter`` is live: ``instrument.step()`` ticks it and the exit flushes it."""
-    global _reporter_made
+    global _reporter_made, _live
     with _live_lock:
-        _live[next(_made)] = reporter
+        _live = (*(ref for ref in _live if ref() is not None), weakref.ref(reporter))
         _reporter_made = True
     install_signal_handlers()
 
@@ -127,16 +128,19 @@ def reporter_made() -> bool:
 
 def forget(reporter: Reporter) -> None:
     """``reporter`` is closed or detached."""
+    global _live
     with _live_lock:
-        for key, live in list(_live.items()):
-            if live is reporter:
-                del _live[key]
+        _live = tuple(ref for ref in _live if ref() not in (None, reporter))
 
 
 def live_reporters() -> tuple[Reporter, ...]:
     """The reporters that ``instrument.step()`` ticks, in the order they were made."""
-    with _live_lock:
-        return tuple(_live.values())
+    found: list[Reporter] = []
+    for ref in _live:  # (a loop: a step pays for this, and a generator costs twice as much)
+        reporter = ref()
+        if reporter is not None:
+            found.append(reporter)
+    return tuple(found)
 
 
 def _flush_at_exit() -> None:

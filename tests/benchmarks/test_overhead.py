@@ -441,6 +441,40 @@ def test_disabled(paired: Paired) -> None:
     assert instrument.Reporter(every=None, sinks=[]).flush().get("x") is None
 
 
+class HandStep:
+    """The baseline step tick: one clock read, the step's duration appended, a counter."""
+
+    __slots__ = ("last", "steps")
+
+    def __init__(self) -> None:
+        self.last = perf_counter_ns()
+        self.steps = 0
+
+    def step(self) -> None:
+        now = perf_counter_ns()
+        _hand["step"].append(now - self.last)
+        self.last = now
+        self.steps += 1
+
+
+@pytest.mark.benchmark(group="step")
+def test_step(paired: Paired) -> None:
+    """``instrument.step()`` with one live reporter (no flush due in the run) against a
+    hand-written step tick, interleaved."""
+    instrument.configure(clock="cpu")
+    reporter = instrument.Reporter(every=10**9, sinks=[], diagnose=False)
+    paired(
+        [
+            Contender(
+                "hand-written step tick", _calls(HandStep().step), _clear_hand, CHUNK, baseline=True
+            ),
+            Contender("instrument.step()", _calls(instrument.step), None, CHUNK),
+        ]
+    )
+    assert reporter.flush().steps > 0
+    reporter.close(flush=False)
+
+
 # -- 4. flush ------------------------------------------------------------------------------
 
 FLUSH_CASES = [
