@@ -669,8 +669,9 @@ _readers: dict[int, weakref.ref[Reader]] = {}
 
 
 def _live_readers() -> list[Reader]:
-    """The readers still live."""
-    return [r for r in [ref() for ref in _readers.values()] if r is not None]
+    """The readers still live (from a copy of the references: a reader collected meanwhile
+    takes its entry out of ``_readers``)."""
+    return [r for r in [ref() for ref in tuple(_readers.values())] if r is not None]
 
 
 def _forget(key: int) -> Callable[[weakref.ref[Reader]], None]:
