@@ -668,10 +668,15 @@ class _Sparse(NamedTuple):
 _readers: dict[int, weakref.ref[Reader]] = {}
 
 
-def _live_readers() -> list[Reader]:
-    """The readers still live (from a copy of the references: a reader collected meanwhile
-    takes its entry out of ``_readers``)."""
-    return [r for r in [ref() for ref in tuple(_readers.values())] if r is not None]
+def _live_readers(but: Reader | None = None) -> list[Reader]:
+    """The readers still live but ``but`` (from a copy of the references: a reader collected
+    meanwhile takes its entry out of ``_readers``)."""
+    found: list[Reader] = []
+    for ref in tuple(_readers.values()):  # (a loop: each flush runs it, its code cold)
+        reader = ref()
+        if reader is not None and reader is not but:
+            found.append(reader)
+    return found
 
 
 def _forget(key: int) -> Callable[[weakref.ref[Reader]], None]:
@@ -751,10 +756,7 @@ def _collect(open_now: list[OpenCall], reader: Reader | None) -> Collected:
         early, _early = _early, {}
         ended = _swap_spans()  # (before the walk: an interval here has its duration there)
         united, _united = _united, {}
-        if reader is not None and len(_readers) == 1 and id(reader) in _readers:
-            others = []  # (the usual case, one reporter: no list of the readers made)
-        else:
-            others = [other for other in _live_readers() if other is not reader]
+        others = _live_readers(but=reader)
         shared = bool(others) or (reader is not None and reader.holds_records())
         keep = opened.union([item[0] for item in batch], early) if batch or early else opened
         limit = idle_flushes if _REFCOUNTS else sys.maxsize
