@@ -24,8 +24,8 @@ KINDS: tuple[str, ...] = (
     "residual_heavy",
     "collective_wait",
     "compute_bound",
-    "incomplete",
     "balanced",
+    "incomplete",  # a footnote: never the verdict while another finding holds
 )
 #: Severities, least severe first.
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")

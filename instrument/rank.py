@@ -16,18 +16,52 @@ Example:
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-__all__ = ["group_ready", "rank", "rank_and_world"]
+__all__ = ["WorldWatch", "group_ready", "rank", "rank_and_world"]
 
 #: The real ``torch.distributed`` (``None`` where this build has none).
 _REAL: Any = getattr(torch, "distributed", None)
 
-#: ``rank_and_world()``'s last answer with what it depends on: the real module's default
-#: group and the three functions asked (the same objects give the same answer).
-_cached: tuple[Any, Any, Any, Any, tuple[int, int]] | None = None
+
+class WorldWatch:
+    """Tells whether the default process group is still the one seen last, without keeping
+    it alive: a process group held past ``destroy_process_group()`` keeps gloo's worker
+    threads running into interpreter shutdown, where one that still has to free a tensor
+    aborts the process (``terminate called without an active exception``).
+
+    Example:
+        >>> watch = WorldWatch()
+        >>> watch.changed(dist.group.WORLD)   # True the first time, then after a new group
+    """
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: Callable[[], Any] | None = None  # a weak reference, or one to None
+
+    def changed(self, world: Any) -> bool:
+        """Whether ``world`` (a group or ``None``) is another object than last time; then
+        it is remembered."""
+        seen = self._seen
+        if seen is not None and seen() is world:
+            return False
+        self._seen = _no_group if world is None else weakref.ref(world)
+        return True
+
+
+def _no_group() -> None:
+    return None
+
+
+#: ``rank_and_world()``'s last answer with the three functions it asked (the same objects,
+#: on the same default group, give the same answer).
+_cached: tuple[Any, Any, Any, tuple[int, int]] | None = None
+_cached_world = WorldWatch()
 
 
 def _dist() -> Any:
@@ -75,15 +109,15 @@ def rank_and_world() -> tuple[int, int]:
         return _rank_and_world()
     cached = _cached
     if (
-        cached is not None
-        and cached[0] is world
-        and cached[1] is dist.is_initialized
-        and cached[2] is dist.get_rank
-        and cached[3] is dist.get_world_size
+        not _cached_world.changed(world)
+        and cached is not None
+        and cached[0] is dist.is_initialized
+        and cached[1] is dist.get_rank
+        and cached[2] is dist.get_world_size
     ):
-        return cached[4]
+        return cached[3]
     answer = _rank_and_world()
-    _cached = (world, dist.is_initialized, dist.get_rank, dist.get_world_size, answer)
+    _cached = (dist.is_initialized, dist.get_rank, dist.get_world_size, answer)
     return answer
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import instrument
 from instrument import cli
 from instrument.diagnosis import Diagnosis, Finding, RunSummary, Thresholds, diagnose
+from instrument.diagnosis.summary import Seen
 from instrument.diagnosis.trends import POINTS, Series
 from instrument.report import Node, RankStats, Report
 from instrument.testing import FakeClock
@@ -220,6 +221,102 @@ def test_memory_creep_claims_no_more_growth_than_the_values_show(clock: FakeCloc
     assert any(f.kind == "memory_creep" for f in diagnose(steeper).findings)
 
 
+def test_memory_that_levels_off_is_no_creep(clock: FakeClock) -> None:
+    """RSS 456 -> 487 -> 514 -> 539 MB, then flat for five reports: a steady rise of 83 MB
+    that stopped (a cache filled once, the allocator's high-water mark) is no creep; the
+    same rise still going at the end is."""
+    reports = run(clock, phases(), steps=100)
+    mb = 1_000_000
+    plateau = [456, 456, 487, 514, 539.3, 539.4, 539.4, 539.3, 539.4, 539.4]
+    flat = _with_memory(reports, [int(v * mb) for v in plateau])
+    diagnosis = Diagnosis()
+    creeps = [kinds(Report(findings=diagnosis.add(r))).get("memory_creep") for r in flat]
+    assert creeps == [None] * len(flat)
+    assert all(f.kind != "memory_creep" for f in diagnosis.summary().findings)
+    rising = [456, 456, 470, 487, 500, 514, 527, 539, 552, 566]
+    found = diagnose(_with_memory(reports, [v * mb for v in rising])).findings
+    assert any(f.kind == "memory_creep" for f in found)
+
+
+def test_a_trend_the_run_no_longer_shows_is_not_the_runs() -> None:
+    """A memory creep held in one report of the run but in neither of its last two is
+    listed briefly; a finding held only briefly is still the verdict when nothing held
+    longer."""
+    creep = Finding("memory_creep", "warning", "grew", "look", since_step=10)
+    seen = Seen(creep, 50)
+    summary = RunSummary.of([seen], reports=10, first_step=0, last_step=100)
+    assert summary.findings[0].kind == "memory_creep"  # the verdict, only as the lone one
+    stalls = Seen(Finding("stalls", "warning", "w", "n", since_step=0), 20)
+    stalls.reports = 5
+    summary = RunSummary.of([seen, stalls], reports=10, first_step=0, last_step=100)
+    assert summary.verdict is not None
+    assert [f.kind for f in summary.transient] == ["memory_creep"]
+    held = Seen(creep, 100)
+    assert RunSummary.of([held], reports=10, first_step=0, last_step=100).transient == ()
+    late = Seen(creep, 90)  # held at the second last report: one noisy last point is not enough
+    kept = RunSummary.of([late, stalls], reports=10, first_step=0, last_step=100, recent_step=90)
+    assert kept.transient == ()
+
+
+def test_incomplete_is_never_the_verdict_beside_another_finding(clock: FakeClock) -> None:
+    """The README's plain auto loop has no data line: that is a footnote under the verdict,
+    in every report and in the run's summary."""
+
+    def step(clock: FakeClock, i: int) -> None:
+        with instrument.timed("forward"):
+            clock.advance(0.002)
+        with instrument.timed("backward"):
+            clock.advance(0.002)
+        clock.advance(0.001)
+
+    reports = run(clock, step, steps=40)
+    assert all(r.verdict is not None and r.verdict.kind != "incomplete" for r in reports)
+    assert all(any(f.kind == "incomplete" for f in r.findings) for r in reports)
+    summary = diagnose(reports)
+    assert summary.verdict is not None
+    assert summary.verdict.kind == "balanced"
+
+
+def test_hysteresis_keeps_a_finding_but_never_raises_its_severity(clock: FakeClock) -> None:
+    """data at 55 % (warning), then 60 %: below input_critical (70 %), though above its
+    relaxed form (56 %): still a warning."""
+
+    def step(clock: FakeClock, i: int) -> None:
+        share = 0.55 if i < 20 else 0.60
+        phases(data=0.01 * share, forward=0.01 * (1 - share), optimizer=0.0, other=0.0)(clock, i)
+
+    severities = [kinds(r)["input_bound"].severity for r in run(clock, step, steps=40)]
+    assert severities == ["warning"] * 4
+
+
+def test_a_plain_optimizer_share_is_no_warning(clock: FakeClock) -> None:
+    """AdamW on a small model takes 35-40 % of a healthy step: no finding calls it a
+    problem; 76 % is a warning."""
+    reports = run(clock, phases(data=0.0005, forward=0.0028, optimizer=0.0019, other=0.0003))
+    assert warnings(reports) == []
+    heavy = run(clock, phases(forward=0.001, optimizer=0.0076, data=0.001, other=0.0004))
+    assert heavy[-1].verdict is not None
+    assert (heavy[-1].verdict.kind, heavy[-1].verdict.severity) == ("compute_bound", "warning")
+
+
+def test_the_flush_is_never_a_stall(clock: FakeClock) -> None:
+    """The step that carried the flush (here 35 ms of flush on a 5 ms step, or the wait
+    for a missing rank) is not the user's stall: the tree shows it as (instrument flush)."""
+    reports = run(clock, phases(), steps=40)
+    flushed = []
+    for r in reports:
+        assert r.step_time is not None
+        step = dataclasses.replace(
+            r.step_time, max=r.step_time.p50 + 0.035, total=r.step_time.total + 0.035
+        )
+        flushed.append(dataclasses.replace(r, step_time=step, flush_time=0.035))
+    diagnosis = Diagnosis()
+    found = [f for r in flushed for f in diagnosis.add(r) if f.kind in ("stalls", "residual_heavy")]
+    assert found == []
+    unflushed = [dataclasses.replace(r, flush_time=0.0) for r in flushed]
+    assert any(f.kind == "stalls" for r in unflushed[1:] for f in Diagnosis().add(r))
+
+
 def test_memory_near_capacity_is_memory_pressure(clock: FakeClock) -> None:
     reports = run(clock, phases(), steps=20)
     gib = 1 << 30
@@ -260,23 +357,29 @@ def test_a_finding_does_not_flap_around_its_threshold(clock: FakeClock) -> None:
     assert [kinds(r)["input_bound"].since_step for r in run(clock, step)] == [0] * 6
 
 
-def test_straggler_names_culprit_phase_and_victim() -> None:
-    def ranks(low: float, high: float, slow: int) -> RankStats:
-        return RankStats(low, high, (low + high) / 2, 1 - slow, slow, 2, None, slow)
+STEP = instrument.report.Stats(10, 0.030, 0.030, 0.029, 0.031, 0.0, 0.030, 0.030, 0.030)
 
-    step = instrument.report.Stats(10, 0.030, 0.030, 0.029, 0.031, 0.0, 0.030, 0.030, 0.030)
 
-    def node(path: str, total: float, r: RankStats, concurrent: bool = False) -> Node:
-        host = dataclasses.replace(step, total=total)
-        return Node(path=path, host=host, self_time=total, ranks=r, concurrent=concurrent)
+def two_ranks(low: float, high: float, slow: int) -> RankStats:
+    return RankStats(low, high, (low + high) / 2, 1 - slow, slow, 2, None, slow)
 
-    report = Report(
+
+def ranked(
+    path: str, total: float, r: RankStats, concurrent: bool = False, std: float = 0.0
+) -> Node:
+    host = dataclasses.replace(STEP, total=total, std=std)
+    return Node(path=path, host=host, self_time=total, ranks=r, concurrent=concurrent)
+
+
+def straggling(step: int = 20, forward_std: float = 0.0, **more: object) -> Report:
+    """A 2-rank report: rank 1 is 14 ms slower in forward, rank 0 waits in DDP's all-reduce."""
+    return Report(
         nodes=(
-            node("data", 0.002, ranks(0.002, 0.002, 0)),
-            node("forward", 0.018, ranks(0.004, 0.018, 1)),
-            node("backward", 0.009, ranks(0.004, 0.018, 0)),
+            ranked("data", 0.002, two_ranks(0.002, 0.002, 0)),
+            ranked("forward", 0.018, two_ranks(0.004, 0.018, 1), std=forward_std),
+            ranked("backward", 0.009, two_ranks(0.004, 0.018, 0)),
             # rank 0 waited longest there; rank 1 arrived last (the collective's slowest)
-            node(
+            ranked(
                 "backward/ddp_all_reduce",
                 0.014,
                 RankStats(0.001, 0.014, 0.0075, 1, 0, 2, None, 1),
@@ -284,18 +387,90 @@ def test_straggler_names_culprit_phase_and_victim() -> None:
             ),
         ),
         steps=10,
-        step_time=step,
+        step_time=STEP,
         normalizer="steps",
-        step=20,
+        step=step,
         world_size=2,
         ranks="minmax",
+        **more,  # type: ignore[arg-type]
     )
-    found = kinds(Report(findings=Diagnosis().add(report)))["straggler"]
+
+
+def straggler_of(reports: list[Report]) -> list[Finding | None]:
+    diagnosis = Diagnosis()
+    return [kinds(Report(findings=diagnosis.add(r))).get("straggler") for r in reports]
+
+
+def test_straggler_names_culprit_phase_and_victim() -> None:
+    found = straggler_of([straggling(20), straggling(30)])[-1]
+    assert found is not None
     assert (found.rank, found.path, found.severity) == (1, "forward", "warning")
     assert found.evidence["waiting_rank"] == 0
     assert found.evidence["waiting_in"] == "backward/ddp_all_reduce"
     assert found.evidence["excess_s"] == pytest.approx(0.014)
     assert "rank 0 waits for it in backward/ddp_all_reduce" in found.why
+
+
+def test_a_straggler_must_hold_in_two_reports_after_the_warm_up() -> None:
+    """One slow interval is a busy machine, not a straggler; the first interval is warm-up."""
+    assert straggler_of([straggling(20)]) == [None]
+    assert straggler_of([straggling(10), straggling(20)])[0] is None  # warm-up: not judged
+    assert [f is not None for f in straggler_of([straggling(s) for s in (20, 30, 40)])] == [
+        False,
+        True,
+        True,
+    ]
+
+
+def test_an_excess_within_the_step_to_step_spread_is_no_straggler() -> None:
+    """Rank 1's forward is 14 ms slower on average, but forward moves by 20 ms from step
+    to step (the largest spread over the ranks, gathered): that is noise."""
+    spread = {"noise.forward": RankStats(0.005, 0.020, 0.0125, 0, 1, 2, None, 1)}
+    assert straggler_of([straggling(s, across=spread) for s in (20, 30)]) == [None, None]
+    assert straggler_of([straggling(s, forward_std=0.02) for s in (20, 30)]) == [None, None]
+    calm = {"noise.forward": RankStats(0.001, 0.002, 0.0015, 0, 1, 2, None, 1)}
+    assert straggler_of([straggling(s, across=calm) for s in (20, 30)])[-1] is not None
+
+
+def test_a_collective_is_never_the_straggler() -> None:
+    """A hand-written all_reduce after rank 1 computes more: rank 0 waits 28 ms in it. The
+    waiting rank is no culprit: the finding (if any) names rank 1 in its compute."""
+
+    def report(step: int) -> Report:
+        return Report(
+            nodes=(
+                ranked("forward", 0.020, two_ranks(0.005, 0.020, 1)),
+                ranked("all_reduce", 0.030, RankStats(0.002, 0.030, 0.016, 1, 0, 2, None, 1)),
+            ),
+            steps=10,
+            step_time=dataclasses.replace(STEP, total=0.040),
+            normalizer="steps",
+            step=step,
+            world_size=2,
+            ranks="minmax",
+        )
+
+    found = straggler_of([report(20), report(30)])[-1]
+    assert found is not None
+    assert (found.rank, found.path) == (1, "forward")
+    assert "rank 0 waits for it in all_reduce" in found.why
+
+
+def test_a_straggler_reads_the_same_on_every_rank() -> None:
+    """Each rank's own step differs (rank 0 waited, rank 1 computed), but the severity is
+    judged on the slowest rank's step, which every rank holds: both say warning."""
+    rate = {"throughput.steps_per_sec": RankStats(25.0, 40.0, 32.5, 1, 0, 2, None, 1)}
+    severities = []
+    for rank, seconds in ((0, 0.025), (1, 0.040)):
+        step = dataclasses.replace(STEP, total=seconds, p50=seconds, mean=seconds)
+        reports = [
+            dataclasses.replace(straggling(s, across=rate), step_time=step, rank=rank)
+            for s in (20, 30)
+        ]
+        found = straggler_of(reports)[-1]
+        assert found is not None
+        severities.append((found.rank, found.severity, found.evidence["step_s"]))
+    assert severities == [(1, "warning", pytest.approx(0.04))] * 2
 
 
 def test_findings_round_trip_and_refuse_bad_values() -> None:

@@ -17,7 +17,7 @@ from instrument.diagnosis.summary import RunSummary, Seen, StepTrend
 from instrument.diagnosis.thresholds import Thresholds
 from instrument.diagnosis.trends import Trends
 from instrument.diagnosis.view import View
-from instrument.findings import Finding, ordered
+from instrument.findings import SEVERITIES, Finding, ordered
 from instrument.report import Report
 
 Key = tuple[str, str | None, int | None]
@@ -40,12 +40,15 @@ class Diagnosis:
         self.thresholds = thresholds if thresholds is not None else Thresholds()
         self._relaxed = self.thresholds.relaxed()
         self._held: dict[Key, int] = {}  # each finding held now: the step it holds since
+        self._severity: dict[str, int] = {}  # per kind held now: its highest severity's index
+        self._straggler: Key | None = None  # the last report's straggler, held or not yet
         self._seen: dict[Key, Seen] = {}
         self._stalls = Stalls()
         self._trends = Trends()
         self._reports = 0
         self._first_step: int | None = None
         self._last_step = 0
+        self._recent_step = 0  # the step the report before the last ended at
         self._rank = 0
         self._world_size = 1
 
@@ -56,14 +59,16 @@ class Diagnosis:
         start = report.step - report.steps
         if self._first_step is None:
             self._first_step = start
+        self._recent_step = self._last_step
         self._last_step = max(self._last_step, report.step)
         self._rank, self._world_size = report.rank, report.world_size
         held_kinds = {key[0] for key in self._held}
         found: list[Finding] = []
         for kind, rule in rules.RULES:
-            finding = rule(v, self._for(kind, held_kinds))
+            finding = self._judge(kind, rule, v)
             if finding is not None:
                 found.append(finding)
+        found = self._consecutive_straggler(found)
         stalls = self._stalls.check(v, self._for("stalls", held_kinds))
         if stalls is not None:
             found.append(stalls)
@@ -80,8 +85,11 @@ class Diagnosis:
             found.append(_balanced(v))
         out = []
         held: dict[Key, int] = {}
+        severity: dict[str, int] = {}
         for finding in ordered(found):
             since = held[finding.key] = self._held.get(finding.key, start)
+            level = SEVERITIES.index(finding.severity)
+            severity[finding.kind] = max(severity.get(finding.kind, 0), level)
             finding = replaced(finding, since_step=since)
             seen = self._seen.get(finding.key)
             if seen is None:
@@ -89,11 +97,34 @@ class Diagnosis:
             else:
                 seen.again(finding, report.step)
             out.append(finding)
-        self._held = held
+        self._held, self._severity = held, severity
         return tuple(out)
 
     def _for(self, kind: str, held: set[str]) -> Thresholds:
         return self._relaxed if kind in held else self.thresholds
+
+    def _judge(self, kind: str, rule: rules.Rule, v: View) -> Finding | None:
+        """``rule``'s finding: by the thresholds, or, for a finding that holds, by the
+        relaxed ones (hysteresis), which may keep it but never raise its severity."""
+        finding = rule(v, self.thresholds)
+        held = self._severity.get(kind)
+        if finding is not None or held is None:
+            return finding
+        kept = rule(v, self._relaxed)
+        if kept is None or SEVERITIES.index(kept.severity) <= held:
+            return kept
+        return replaced(kept, severity=SEVERITIES[held])
+
+    def _consecutive_straggler(self, found: list[Finding]) -> list[Finding]:
+        """A straggler is named once the same rank is slow in the same phase in two
+        consecutive reports (one interval of a busy machine is not a straggler)."""
+        before, self._straggler = self._straggler, None
+        for finding in found:
+            if finding.kind == "straggler":
+                self._straggler = finding.key
+                if finding.key != before:
+                    return [f for f in found if f is not finding]
+        return found
 
     def summary(self) -> RunSummary:
         """The run so far: its verdict, every finding with when it started and how long it
@@ -111,6 +142,7 @@ class Diagnosis:
             rank=self._rank,
             world_size=self._world_size,
             step_trend=trend,
+            recent_step=self._recent_step,
         )
 
 

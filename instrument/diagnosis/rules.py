@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from instrument.diagnosis.thresholds import Thresholds
 from instrument.diagnosis.view import View
+from instrument.distributed.stragglers import is_collective
 from instrument.findings import Finding
 from instrument.report import Node
 
@@ -185,18 +186,24 @@ def collective_wait(v: View, t: Thresholds) -> Finding | None:
 
 def straggler(v: View, t: Thresholds) -> Finding | None:
     """One rank is slower in a phase (by its own time, the waiting for others taken out),
-    and the others wait for it in a collective."""
-    if not v.has_steps:
+    beyond the ranks' step-to-step spread, and the others wait for it in a collective.
+    A collective is never scored (its time is waiting: the rank with the most there is a
+    victim), nor the warm-up interval. The figures compared are the same on every rank,
+    so the finding reads the same in every rank's report."""
+    if not v.has_steps or v.warm_up:
         return None
+    step = v.slowest_step
     worst = None
     for phase in v.phases:
-        if phase.ranks is None or phase.ranks.ranks_present < 2:
+        if phase.ranks is None or phase.ranks.ranks_present < 2 or is_collective(phase):
             continue
         own = v.own(phase)
         if own is None:
             continue
         excess = own.high - own.low
-        if excess < t.straggler_excess * v.step or own.high < t.straggler_ratio * own.low:
+        if excess < t.straggler_excess * step or own.high < t.straggler_ratio * own.low:
+            continue
+        if excess < t.straggler_noise * v.noise(phase):
             continue
         if worst is None or excess > worst[1]:
             worst = (phase, excess, own)
@@ -204,7 +211,7 @@ def straggler(v: View, t: Thresholds) -> Finding | None:
         return None
     phase, excess, own = worst
     culprit = own.high_rank
-    severity = "critical" if excess >= 3 * t.straggler_excess * v.step else "warning"
+    severity = "critical" if excess >= 3 * t.straggler_excess * step else "warning"
     waits = [n for n in v.collectives() if n.ranks is not None and n.ranks.rank_argmax != culprit]
     wait = max(
         waits, key=lambda n: n.ranks.rank_max - n.ranks.rank_min if n.ranks else 0.0, default=None
@@ -216,7 +223,7 @@ def straggler(v: View, t: Thresholds) -> Finding | None:
         "slow_s": own.high,
         "fast_s": own.low,
         "fast_rank": own.low_rank,
-        "step_s": v.step,
+        "step_s": step,
     }
     if wait is not None and wait.ranks is not None:
         low, high = wait.ranks.rank_min * v.scale, wait.ranks.rank_max * v.scale

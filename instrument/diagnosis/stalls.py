@@ -21,29 +21,34 @@ class Stalls:
     """The stall rule, with the run's count of stalls so far (for their period)."""
 
     def __init__(self) -> None:
-        self.stalls = 0  # estimated stalled steps in the intervals that had stalls
+        self.stalls = 0  # estimated stalled steps in the intervals judged
         self.steps = 0  # steps of the intervals judged
 
     def check(self, v: View, t: Thresholds) -> Finding | None:
         """A finding when the interval's longest step is ``stall_ratio`` times the median
         and the stalls are ``stall_share`` of its time. The first interval of a run (its
-        warm-up: first calls, lazy initialisation) is not judged."""
+        warm-up: first calls, lazy initialisation) is not judged, and ``instrument``'s own
+        flush (with any wait for a missing rank) is taken out of the step that carried it
+        first: it is never the user's stall."""
         report, step = v.report, v.report.step_time
         if step is None or not v.has_steps or report.step - report.steps <= 0:
             return None
         self.steps += v.steps
-        median, longest = step.p50, step.max
+        per_call = v.per_call  # a step's figures (median, longest) -> seconds
+        median = step.p50 * per_call
+        flush = v.flush * v.steps  # seconds in the interval
+        longest = max(step.max * per_call - flush, median)
         excess = longest - median
         if longest < t.stall_ratio * median or excess < t.stall_min:
             return None
-        total = v.step * v.steps
+        total = v.step * v.steps - flush
         lost = max(total - median * v.steps, 0.0)
         count = min(max(round(lost / excess), 1), v.steps)
+        self.stalls += count  # every stall counts for the period, also a small one
         share = lost / total if total > 0 else 0.0
         if share < t.stall_share:
             return None
-        self.stalls += count
-        where = self._where(v, excess)
+        where = self._where(v, excess / per_call)
         period = self.steps / self.stalls if self.stalls else 0.0
         often = f"about every {period:.0f} steps" if self.stalls > 1 else "once"
         return Finding(
@@ -68,8 +73,8 @@ class Stalls:
 
     @staticmethod
     def _where(v: View, excess: float) -> str:
-        """The deepest region whose own longest call explains half the stall, else the
-        time in no region."""
+        """The deepest region whose own longest call explains half the stall (``excess``,
+        in the report's per-call unit), else the time in no region."""
         found = None
         for node in v.report.nodes:
             if node.concurrent or _excess(node, v.steps) < 0.5 * excess:

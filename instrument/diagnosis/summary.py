@@ -12,8 +12,11 @@ from instrument._frozen import replaced
 from instrument.findings import KINDS, SEVERITIES, Finding
 from instrument.tree import verdict_lines
 
-#: Kinds judged over the whole run so far: one report holding them is enough.
+#: Kinds judged over the whole run so far: one report holding them is enough ...
 RUN_KINDS = frozenset({"slowdown", "memory_creep"})
+#: ... if it is one of the run's last two, for memory: memory that stopped growing (the
+#: later reports no longer show a creep) has levelled off; the run does not leak.
+RECENT_KINDS = frozenset({"memory_creep"})
 
 
 class Seen:
@@ -71,18 +74,26 @@ class StepTrend:
         )
 
 
-def _importance(seen: Seen) -> tuple[int, int, int]:
+def _importance(seen: Seen) -> tuple[int, bool, int, int]:
     f = seen.finding
-    return (-SEVERITIES.index(f.severity), -seen.reports, KINDS.index(f.kind))
+    return (
+        -SEVERITIES.index(f.severity),
+        f.kind == "incomplete",  # a footnote, never the verdict beside another finding
+        -seen.reports,
+        KINDS.index(f.kind),
+    )
 
 
 @dataclass(frozen=True)
 class RunSummary:
     """A run's diagnosis. ``findings`` held in at least a quarter of the reports (two at
-    least; any for a trend over the run or a run of under three reports), most important
-    first — the first is ``verdict``; ``transient`` ones held more briefly. Each finding's
-    ``since_step`` is the step it first held from, its evidence also says in how many
-    reports it held (``reports_held``) and the last step it held at (``last_step``)."""
+    least; a run of under three reports: any; a trend over the run: one, for memory at
+    one of its last two reports, those ending at ``recent_step`` or later), most
+    important first — the first is ``verdict``; ``transient`` ones held more briefly.
+    When no finding held that long, the most important brief one is the verdict: a run
+    whose reports had findings always has one. Each finding's ``since_step`` is the step
+    it first held from; its evidence also says in how many reports it held
+    (``reports_held``) and the last step it held at (``last_step``)."""
 
     verdict: Finding | None
     findings: tuple[Finding, ...]
@@ -105,8 +116,11 @@ class RunSummary:
         rank: int = 0,
         world_size: int = 1,
         step_trend: StepTrend | None = None,
+        recent_step: int | None = None,
     ) -> RunSummary:
-        """From the findings seen over a run of ``reports`` reports."""
+        """From the findings seen over a run of ``reports`` reports; ``recent_step``: the
+        step the run's second last report ended at (default: ``last_step``)."""
+        recent = last_step if recent_step is None else recent_step
         needed = max(2, math.ceil(reports / 4)) if reports >= 3 else 1
         lasting: list[Finding] = []
         brief: list[Finding] = []
@@ -114,8 +128,15 @@ class RunSummary:
             evidence = {**item.finding.evidence, "reports_held": item.reports}
             evidence["last_step"] = item.last_step
             finding = replaced(item.finding, evidence=evidence, since_step=item.since)
-            kept = item.reports >= needed or item.finding.kind in RUN_KINDS
+            if item.finding.kind in RECENT_KINDS:
+                kept = item.last_step >= recent
+            elif item.finding.kind in RUN_KINDS:
+                kept = True
+            else:
+                kept = item.reports >= needed
             (lasting if kept else brief).append(finding)
+        if not lasting and brief:
+            lasting.append(brief.pop(0))
         return cls(
             verdict=lasting[0] if lasting else None,
             findings=tuple(lasting),
@@ -149,6 +170,7 @@ class RunSummary:
                 best.values(),
                 key=lambda f: (
                     -SEVERITIES.index(f.severity),
+                    f.kind == "incomplete",
                     -int(f.evidence.get("reports_held", 0)),
                     KINDS.index(f.kind),
                 ),
@@ -210,7 +232,7 @@ class RunSummary:
             title += f" · rank {self.rank}/{self.world_size}"
         lines = [title]
         if self.verdict is None:
-            lines.append("verdict: none (no steps were measured)")
+            lines.append("verdict: none (no report had a finding)")
         else:
             lines += verdict_lines(self.verdict, since=True)
         for f in self.findings[1:]:

@@ -27,8 +27,9 @@ class Thresholds:
     input_critical: float = 0.7
     #: The largest phase at least this share: compute_bound (info).
     compute_share: float = 0.5
-    #: ``optimizer`` or ``zero_grad`` at least this share: compute_bound, warning.
-    optimizer_share: float = 0.35
+    #: ``optimizer`` or ``zero_grad`` at least this share: compute_bound, warning (a plain
+    #: AdamW on a small model takes 35-40 % of a healthy step).
+    optimizer_share: float = 0.5
     #: ``(other)`` at least this share: residual_heavy, warning.
     residual_share: float = 0.4
     #: ... at least this share: critical.
@@ -39,8 +40,12 @@ class Thresholds:
     #: A phase's own time on its slowest rank over its fastest rank's, at least this share
     #: of the step ...
     straggler_excess: float = 0.2
-    #: ... and at least this ratio: straggler, warning (critical from 3x the excess).
+    #: ... and at least this ratio ...
     straggler_ratio: float = 1.5
+    #: ... and at least this many times the phase's step-to-step spread (its standard
+    #: deviation per step, the largest over the ranks), in two consecutive reports:
+    #: straggler, warning (critical from 3x the excess).
+    straggler_noise: float = 1.0
     #: A step at least this many times the median step ...
     stall_ratio: float = 5.0
     #: ... and at least this much longer (seconds) ...
@@ -63,8 +68,11 @@ class Thresholds:
     slowdown_explains: float = 0.5
     #: Memory grown at least this many bytes over the run ...
     memory_growth: int = 32 * MIB
-    #: ... with Kendall's tau at least this: memory_creep, warning.
+    #: ... with Kendall's tau at least this: memory_creep, warning ...
     memory_tau: float = 0.8
+    #: ... and the later half of the run still growing, as steadily, by at least this
+    #: share of ``memory_growth`` (memory that levelled off is no creep).
+    memory_still: float = 0.5
     #: Memory at least this share of the device's or host's capacity: memory_pressure.
     pressure_share: float = 0.9
     #: A finding that holds stays until its figure is below this times its threshold.
@@ -122,4 +130,6 @@ class Thresholds:
 
 
 _RATIOS = frozenset({"straggler_ratio", "stall_ratio"})
-_KEPT = frozenset({"trend_reports", "trend_tau", "slowdown_tau", "memory_tau", "hysteresis"})
+_KEPT = frozenset(
+    {"trend_reports", "trend_tau", "slowdown_tau", "memory_tau", "memory_still", "hysteresis"}
+)

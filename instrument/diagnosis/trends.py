@@ -116,6 +116,20 @@ class Series:
         return Trend(tau, slope, first, last, points[-1][0] - points[0][0])
 
 
+def _still_growing(series: Series, t: Thresholds) -> bool:
+    """The later half of ``series`` grows too, steadily, by ``memory_still`` of the growth
+    a memory trend needs: memory that rose and then levelled off (an allocator's high-water
+    mark, a cache filled once) is no creep, however steady its rise was."""
+    later = Series()
+    for x, y in series.points[len(series.points) // 2 :]:
+        later.add(x, y)
+    needed = t.memory_still * t.memory_growth
+    if later.spread < needed:
+        return False
+    found = later.trend(t.memory_tau)
+    return found is not None and found.last - found.first >= needed
+
+
 def _median(ordered: list[float]) -> float:
     """The median of a sorted, non-empty list."""
     half = len(ordered) // 2
@@ -256,6 +270,8 @@ class Trends:
                 continue
             grown = found.last - found.first
             if grown < t.memory_growth or found.slope <= 0:
+                continue
+            if not _still_growing(series, t):  # it levelled off: a cache filled, a peak
                 continue
             why = (
                 f"{label} grew by {size(grown)} over {found.span:.0f} steps "

@@ -63,6 +63,8 @@ class View:
             n = report.normalizer
             self.scale = 1.0 if n == "steps" else float(n) / report.steps
         self.step = step.total * self.scale if step is not None else 0.0
+        #: Multiplies a report's per-call figures (mean, max, p50) into seconds.
+        self.per_call = 1.0 if report.normalizer == "steps" else float(report.normalizer)
         kids: dict[str, list[Node]] = {}
         for node in report.nodes:
             kids.setdefault(node.path.rpartition("/")[0], []).append(node)
@@ -96,6 +98,30 @@ class View:
     def children(self, path: str) -> list[Node]:
         """The nodes directly below ``path`` ("" for the top level)."""
         return self._kids.get(path, [])
+
+    @property
+    def warm_up(self) -> bool:
+        """The report is the run's first interval (first calls, lazy initialisation)."""
+        return self.report.step - self.report.steps <= 0
+
+    @property
+    def slowest_step(self) -> float:
+        """Seconds per step on the slowest rank where the ranks' rates were gathered (the
+        same on every rank), else this rank's step."""
+        rate = self.report.across.get("throughput.steps_per_sec")
+        if rate is None or rate.rank_min <= 0:
+            return self.step
+        return 1.0 / rate.rank_min
+
+    def noise(self, node: Node) -> float:
+        """The step-to-step spread (standard deviation) of ``node``'s time per step: the
+        largest over the ranks where gathered (the same on every rank), else this rank's."""
+        stats = self.report.across.get("noise." + node.path)
+        if stats is not None:
+            return float(stats.rank_max) * self.per_call
+        if self.steps <= 0 or node.count < 2:
+            return 0.0
+        return float(node.std * (node.count / self.steps) ** 0.5) * self.per_call
 
     @property
     def has_steps(self) -> bool:
@@ -158,8 +184,14 @@ class View:
 
     def own(self, node: Node) -> Spread | None:
         """``node``'s own time (its collectives' waiting taken out) across ranks, per step,
-        or ``None`` when not gathered."""
-        stats = self.report.across.get("own." + node.path) or node.ranks
+        or ``None`` when not gathered (or, for a region holding a collective, gathered
+        without its own time)."""
+        stats = self.report.across.get("own." + node.path)
+        if stats is None:
+            inside = node.path + "/"
+            if any(c.path.startswith(inside) for c in self.collectives()):
+                return None  # its total holds waiting: not comparable across ranks
+            stats = node.ranks
         if stats is None:
             return None
         s = spread(stats)

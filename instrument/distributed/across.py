@@ -26,7 +26,7 @@ from typing import Any
 import torch.distributed as dist
 
 from instrument.distributed import agree, reduce
-from instrument.distributed.stragglers import OWN, Tracker, is_collective, own_times
+from instrument.distributed.stragglers import OWN, Tracker, is_collective, noise, own_times
 from instrument.hooks.collectives import suppressed
 from instrument.report import Node, RankStats, Report, Straggler
 from instrument.stats import Stats
@@ -64,12 +64,14 @@ def extras(report: Report) -> dict[str, float]:
     for key, value in report.memory.items():
         out[f"/memory/{key}"] = float(value)
     out.update(own_times(report.nodes))
+    out.update(noise(report.nodes, report.steps))
     return out
 
 
 def across_key(key: str) -> str:
     """``"/throughput/tokens_per_sec"`` → ``"throughput.tokens_per_sec"``, ``"/own/step/
-    backward"`` → ``"own.step/backward"`` (the key in ``report.across``)."""
+    backward"`` → ``"own.step/backward"``, ``"/noise/forward"`` → ``"noise.forward"`` (the
+    key in ``report.across``)."""
     return key[1:].replace("/", ".", 1)
 
 

@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from instrument.distributed.barrier import NetworkError, Place, place_of, store_append, store_text
 from instrument.hooks.collectives import suppressed
+from instrument.rank import WorldWatch
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -143,7 +144,7 @@ _OK = Verdict(ok=True).to_json()
 
 _keys_lock = threading.Lock()
 _keys: dict[tuple[str, int], int] = {}  # (group, last step) -> flushes made at that step
-_keys_world: object = None
+_keys_world = WorldWatch()
 _done: dict[str, list[str]] = {}  # per group: prefixes whose keys may be deleted
 #: per group: the store prefix of this process's last check and the ranks that missed it
 #: (not closed): the next check waits for them only ``CLOSED_GRACE`` seconds, not the whole
@@ -154,14 +155,11 @@ _absent: dict[str, tuple[str, frozenset[int]]] = {}
 def _follow_world() -> None:
     """A new default group has a new store: start the per-process counts again (the
     caller holds ``_keys_lock``)."""
-    global _keys_world
-    world = dist.group.WORLD
-    if _keys_world is not world:
+    if _keys_world.changed(dist.group.WORLD):
         _keys.clear()
         _done.clear()
         _absent.clear()
         _reporters_closed.clear()
-        _keys_world = world
 
 
 def _meeting(where: Place, last_step: int) -> str:

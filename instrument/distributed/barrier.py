@@ -23,11 +23,13 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch.distributed as dist
 
 from instrument.hooks.collectives import suppressed
+from instrument.rank import WorldWatch
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -66,8 +68,12 @@ def timeout_seconds(timeout: datetime.timedelta | float) -> float:
 # -- metadata group ------------------------------------------------------------------------
 
 _meta_lock = threading.Lock()
-_meta_groups: dict[object, ProcessGroup | None] = {}
-_meta_world: object = None  # the default group _meta_groups belongs to
+#: a group -> its gloo group (a weak reference) or None; both held weakly, so that
+#: ``destroy_process_group()`` really ends them (see :class:`~instrument.rank.WorldWatch`)
+_meta_groups: weakref.WeakKeyDictionary[ProcessGroup, weakref.ref[ProcessGroup] | None] = (
+    weakref.WeakKeyDictionary()
+)
+_meta_world = WorldWatch()  # the default group _meta_groups belongs to
 
 
 def metadata_group(group: ProcessGroup | None = None) -> ProcessGroup | None:
@@ -87,7 +93,6 @@ def metadata_group(group: ProcessGroup | None = None) -> ProcessGroup | None:
     is not a member of ``group``. The cache follows the default group: after
     ``destroy_process_group()`` and a new ``init_process_group()`` fresh groups are created.
     """
-    global _meta_world
     if not dist_initialized():
         return None
     world = dist.group.WORLD
@@ -97,17 +102,17 @@ def metadata_group(group: ProcessGroup | None = None) -> ProcessGroup | None:
     if dist.get_backend(target) == "gloo":
         return target
     with _meta_lock:
-        if _meta_world is not world:
+        if _meta_world.changed(world):
             _meta_groups.clear()
-            _meta_world = world
         if target in _meta_groups:
-            return _meta_groups[target]
+            known = _meta_groups[target]
+            return None if known is None else known()
         ranks = dist.get_process_group_ranks(target)
         subset = len(ranks) < dist.get_world_size()
         with suppressed():
             created = dist.new_group(ranks=ranks, backend="gloo", use_local_synchronization=subset)
         made = created if isinstance(created, dist.ProcessGroup) else None
-        _meta_groups[target] = made
+        _meta_groups[target] = None if made is None else weakref.ref(made)
         return made
 
 
@@ -140,20 +145,17 @@ def place_of(group: ProcessGroup | None) -> Place | None:
 
 _seq_lock = threading.Lock()
 _seqs: dict[tuple[str, str], int] = {}
-_seq_world: object = None
+_seq_world = WorldWatch()
 _cleaned: dict[str, int] = {}  # per group: barriers below this number have no keys left
 
 
 def next_seq(kind: str, where: Place) -> int:
     """This process's count of ``kind`` calls on the group so far (0, 1, ...): the ranks
     agree on it as long as each calls ``kind`` the same number of times."""
-    global _seq_world
     with _seq_lock:
-        world = dist.group.WORLD
-        if _seq_world is not world:  # a new default group has a new store: start again
+        if _seq_world.changed(dist.group.WORLD):  # a new default group has a new store
             _seqs.clear()
             _cleaned.clear()
-            _seq_world = world
         key = (kind, where.name)
         seq = _seqs.get(key, 0)
         _seqs[key] = seq + 1

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from instrument.distributed import held
 from instrument.distributed.barrier import metadata_group
 
 ABSENT = float("nan")
@@ -41,6 +42,7 @@ def union_of_paths(paths: Sequence[str], group: Any = None) -> list[str]:
     world = dist.get_world_size(meta)
     mine = torch.tensor([_hash(paths)], dtype=torch.int64)
     hashes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    held.keep(mine, hashes)
     dist.all_gather(hashes, mine, group=meta)
     if all(int(h) == int(mine) for h in hashes):
         return list(paths)
@@ -87,5 +89,6 @@ def gather_totals(values: Sequence[float | None], group: Any = None) -> list[lis
     mine = mine.to(device)
     world = dist.get_world_size(group)
     parts = [torch.empty_like(mine) for _ in range(world)]
+    held.keep(mine, parts)
     dist.all_gather(parts, mine, group=group)
     return [[None if x != x else x for x in part.cpu().tolist()] for part in parts]

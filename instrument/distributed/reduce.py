@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from instrument.distributed import held
 from instrument.distributed.barrier import metadata_group
 from instrument.distributed.gather import parents_first
 
@@ -61,6 +62,7 @@ def _all_reduce(tensor: torch.Tensor, op: Any, group: Any) -> None:
     buffers each way, whatever the world size, in ``2·log2(W)`` hops. Gloo's ring would
     send ``2(W-1)`` messages per rank, whose framing outgrows a small buffer."""
     if dist.get_backend(group) != "gloo":
+        held.keep(tensor)
         dist.all_reduce(tensor, op=op, group=group)
         return
     ranks = _ranks(group)
@@ -159,6 +161,7 @@ def gather_to_first(
     mine = mine.to(device)
     first = dist.get_rank(group) == 0
     parts = [torch.empty_like(mine) for _ in ranks] if first else None
+    held.keep(mine, parts)
     dist.gather(mine, parts, dst=ranks[0], group=group)
     if parts is None:
         return None
@@ -174,6 +177,7 @@ def union(paths: Sequence[str], group: Any = None) -> list[str]:
     ranks = _ranks(group)
     mine = torch.tensor([path_hash(paths)], dtype=torch.int64)
     hashes = [torch.zeros(1, dtype=torch.int64) for _ in ranks]
+    held.keep(mine, hashes)
     dist.all_gather(hashes, mine, group=meta)
     owners: dict[int, int] = {}
     for index, value in enumerate(int(h) for h in hashes):

@@ -34,6 +34,21 @@ def is_collective(node: Node) -> bool:
 
 #: The key prefix of a region's own time across ranks (:func:`own_times`).
 OWN = "/own/"
+#: The key prefix of a phase's step-to-step spread across ranks (:func:`noise`).
+NOISE = "/noise/"
+
+
+def noise(nodes: Iterable[Node], steps: int) -> dict[str, float]:
+    """``"/noise/<path>"`` → the standard deviation of the path's time per step (its calls'
+    spread, times the square root of its calls per step), for the regions of the first two
+    levels that are not collectives: what a straggler's excess must stand out of."""
+    if steps <= 0:
+        return {}
+    out = {}
+    for node in nodes:
+        if node.count >= 2 and node.path.count("/") <= 1 and not is_collective(node):
+            out[NOISE + node.path] = node.std * (node.count / steps) ** 0.5
+    return out
 
 
 def own_times(nodes: Iterable[Node]) -> dict[str, float]:
