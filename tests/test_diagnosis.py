@@ -162,6 +162,34 @@ def test_a_stall_inside_a_region_names_the_region(clock: FakeClock) -> None:
     )
 
 
+def test_a_slow_call_of_the_steps_own_work_is_the_machine_not_a_stall(clock: FakeClock) -> None:
+    """A busy machine makes a call of forward (which runs every step) 30 times its median
+    now and then, or slows calls all over the step: that is said (info), never a warning
+    to move a save; the same time in no region, every 20 steps, is a stall."""
+    base = phases()
+
+    def one_place(clock: FakeClock, i: int) -> None:
+        base(clock, i)
+        if i % 20 == 19:
+            with instrument.timed("forward"):
+                clock.advance(0.12)
+
+    def scattered(clock: FakeClock, i: int) -> None:
+        base(clock, i)
+        if i % 20 == 19:
+            with instrument.timed("data"):
+                clock.advance(0.05)
+            with instrument.timed("optimizer"):
+                clock.advance(0.12)
+
+    for step in (one_place, scattered):
+        found = [kinds(r).get("stalls") for r in run(clock, step, steps=60)]
+        said = [f for f in found if f is not None]
+        assert said, step.__name__
+        assert all(f.severity == "info" for f in said), said
+        assert "machine" in said[-1].next
+
+
 def test_the_first_interval_is_warm_up_not_a_stall(clock: FakeClock) -> None:
     base = phases()
 
@@ -434,7 +462,8 @@ def test_an_excess_within_the_step_to_step_spread_is_no_straggler() -> None:
 
 def test_a_collective_is_never_the_straggler() -> None:
     """A hand-written all_reduce after rank 1 computes more: rank 0 waits 28 ms in it. The
-    waiting rank is no culprit: the finding (if any) names rank 1 in its compute."""
+    waiting rank is no culprit: the finding names rank 1 in its compute, and the time in
+    the collective is no warning of its own (the waiting is for rank 1)."""
 
     def report(step: int) -> Report:
         return Report(
@@ -454,6 +483,9 @@ def test_a_collective_is_never_the_straggler() -> None:
     assert found is not None
     assert (found.rank, found.path) == (1, "forward")
     assert "rank 0 waits for it in all_reduce" in found.why
+    wait = kinds(Report(findings=Diagnosis().add(report(20))))["collective_wait"]
+    assert wait.severity == "info"  # rank 1 arrives last: the waiting is for it
+    assert "rank 1 spends 2 ms there against 30 ms on rank 0" in wait.why
 
 
 def test_a_straggler_reads_the_same_on_every_rank() -> None:

@@ -172,13 +172,28 @@ def collective_wait(v: View, t: Thresholds) -> Finding | None:
     if share < t.collective_share:
         return None
     biggest = max(v.collectives(), key=lambda n: n.total)
+    why = (
+        f"collectives were in flight for {pct(share)} of the step ({ms(seconds)} of "
+        f"{ms(v.step)}, async ones counted once), the largest {biggest.path}"
+    )
+    severity = "warning"
+    hint = (
+        "check that ranks arrive together (a straggler makes the others wait here), overlap "
+        "communication with compute (DDP bucket_cap_mb, FSDP prefetch), or reduce its volume"
+    )
+    r = biggest.ranks
+    if r is not None and r.ranks_present >= 2 and r.rank_min < t.collective_even * r.rank_max:
+        severity = "info"  # most of it is waiting for the rank that arrives last
+        why += (
+            f"; rank {r.rank_argmin} spends {ms(r.rank_min * v.scale)} there against "
+            f"{ms(r.rank_max * v.scale)} on rank {r.rank_argmax}: the others wait for it"
+        )
+        hint = f"look at what rank {r.rank_argmin} does before {biggest.path}"
     return Finding(
         "collective_wait",
-        "warning",
-        f"collectives were in flight for {pct(share)} of the step ({ms(seconds)} of "
-        f"{ms(v.step)}, async ones counted once), the largest {biggest.path}",
-        "check that ranks arrive together (a straggler makes the others wait here), overlap "
-        "communication with compute (DDP bucket_cap_mb, FSDP prefetch), or reduce its volume",
+        severity,
+        why,
+        hint,
         path=biggest.path,
         evidence={"share": share, "collective_s": seconds, "step_s": v.step},
     )

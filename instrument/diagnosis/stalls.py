@@ -51,15 +51,37 @@ class Stalls:
         where = self._where(v, excess / per_call)
         period = self.steps / self.stalls if self.stalls else 0.0
         often = f"about every {period:.0f} steps" if self.stalls > 1 else "once"
-        return Finding(
-            "stalls",
-            "warning",
+        why = (
             f"steps of up to {ms(longest)} against a median of {ms(median)}, {often} "
             f"({self.stalls} in {self.steps} steps), in {where}; they cost {pct(share)} of "
-            "the interval",
+            "the interval"
+        )
+        severity = "warning"
+        hint = (
             "find what runs on those steps (a checkpoint save, evaluation, logging, garbage "
             "collection): make it asynchronous or less frequent, or time it with "
-            "instrument.timed to see it",
+            "instrument.timed to see it"
+        )
+        elsewhere = _scattered(v, where, t)
+        if elsewhere is not None:  # slow calls all over the step: the machine, not a stall
+            severity = "info"
+            why += f", and slow calls elsewhere too ({elsewhere})"
+            hint = (
+                "slow calls in several regions are the machine's: look at other processes "
+                "or threads on its cores, throttling and swapping"
+            )
+        elif _every_step_compute(v, where):  # one slow call of the step's own work
+            severity = "info"
+            hint = (
+                f"a slow call of {where}, which runs every step: the machine (other processes "
+                "or threads on its cores), garbage collection or a recompilation, not work "
+                "of its own between steps"
+            )
+        return Finding(
+            "stalls",
+            severity,
+            why,
+            hint,
             path=where,
             evidence={
                 "max_s": longest,
@@ -82,3 +104,31 @@ class Stalls:
             if found is None or node.path.count("/") > found.path.count("/"):
                 found = node
         return found.path if found is not None else v.other_path
+
+
+def _scattered(v: View, where: str, t: Thresholds) -> str | None:
+    """A region outside ``where``'s line (neither above nor below it) that runs every step
+    and also has a call ``stall_ratio`` times its median and ``stall_min`` longer, or
+    ``None``. One stall of the user's (a save, an evaluation) slows one place; a busy
+    machine slows calls all over the step."""
+    for node in v.report.nodes:
+        path = node.path
+        if node.concurrent or node.count < v.steps or path == where:
+            continue
+        if where.startswith(path + "/") or path.startswith(where + "/"):
+            continue
+        median, longest = node.p50 * v.per_call, node.max * v.per_call
+        if longest >= t.stall_ratio * median and longest - median >= t.stall_min:
+            return f"{path} up to {ms(longest)} against a median of {ms(median)}"
+    return None
+
+
+def _every_step_compute(v: View, where: str) -> bool:
+    """``where`` is, or is inside, a phase that runs every step other than ``data``: a
+    slow call there is the step's own work slowed, not something run on some steps (a
+    save, an evaluation: in no region, or a region of its own), nor the input pipeline."""
+    phase = next((p for p in v.phases if where == p.path or where.startswith(p.path + "/")), None)
+    if phase is None or phase.name == "data":
+        return False
+    node = v.report.get(where)
+    return node is not None and node.count >= v.steps

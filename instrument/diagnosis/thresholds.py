@@ -37,6 +37,10 @@ class Thresholds:
     #: Time with a collective in flight (async overlap counted once) at least this share:
     #: collective_wait, warning.
     collective_share: float = 0.7
+    #: ... unless the rank that spends least in the largest collective spends under this
+    #: share of what the rank that spends most does: then the others mostly wait for it
+    #: (info; the straggler rule judges that rank).
+    collective_even: float = 0.5
     #: A phase's own time on its slowest rank over its fastest rank's, at least this share
     #: of the step ...
     straggler_excess: float = 0.2
@@ -131,5 +135,13 @@ class Thresholds:
 
 _RATIOS = frozenset({"straggler_ratio", "stall_ratio"})
 _KEPT = frozenset(
-    {"trend_reports", "trend_tau", "slowdown_tau", "memory_tau", "memory_still", "hysteresis"}
+    {
+        "trend_reports",
+        "trend_tau",
+        "slowdown_tau",
+        "memory_tau",
+        "memory_still",
+        "collective_even",
+        "hysteresis",
+    }
 )
