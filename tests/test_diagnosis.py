@@ -305,6 +305,38 @@ def test_incomplete_is_never_the_verdict_beside_another_finding(clock: FakeClock
     assert summary.verdict.kind == "balanced"
 
 
+def test_a_report_of_no_steps_at_exit_is_no_report_of_the_run(clock: FakeClock) -> None:
+    """``auto`` left on to the end: the zero_grad after the last step makes a report of no
+    steps at exit. It does not count toward how many reports a finding held in."""
+    reports = run(clock, phases(), steps=40)
+    closing = dataclasses.replace(reports[-1], steps=0, step_time=None, index=len(reports) + 1)
+    summary = diagnose([*reports, closing])
+    assert summary.reports == len(reports)
+    assert summary.verdict is not None
+    assert summary.verdict.evidence["reports_held"] == len(reports)
+
+
+def test_a_findings_share_is_the_trees(clock: FakeClock) -> None:
+    """forward is 77 % of the mean step in the tree; a usual step shows 67 % (what the rule
+    judges, so that one slow call does not make a phase dominate): the sentence and the
+    evidence's share are the tree's 77 %, the judged share is evidence of its own."""
+
+    def step(clock: FakeClock, i: int) -> None:
+        with instrument.timed("data"):
+            clock.advance(0.001)
+        with instrument.timed("forward"):
+            clock.advance(0.004 if i % 10 else 0.03)
+        clock.advance(0.001)
+
+    report = run(clock, step, steps=20)[-1]
+    row = next(line for line in report.render().splitlines() if "── forward" in line)
+    tree_share = round(float(row.split()[3]))
+    found = kinds(report)["compute_bound"]
+    assert found.why.startswith(f"forward took {tree_share} % of the step (6.6 ms of 8.6 ms)")
+    assert round(100 * found.evidence["share"]) == tree_share
+    assert round(100 * found.evidence["judged_share"]) == 67  # a usual step's, judged
+
+
 def test_hysteresis_keeps_a_finding_but_never_raises_its_severity(clock: FakeClock) -> None:
     """data at 55 % (warning), then 60 %: below input_critical (70 %), though above its
     relaxed form (56 %): still a warning."""

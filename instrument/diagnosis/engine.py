@@ -55,7 +55,9 @@ class Diagnosis:
     def add(self, report: Report) -> tuple[Finding, ...]:
         """The findings of ``report`` (the next report of the run), most important first."""
         v = View(report)
-        self._reports += 1
+        # a report of no steps (a zero_grad after the last step, closed at exit) is no
+        # report of the run's: it does not count toward how long a finding held
+        self._reports += report.steps > 0
         start = report.step - report.steps
         if self._first_step is None:
             self._first_step = start
@@ -174,8 +176,7 @@ def _balanced(v: View) -> Finding:
     return Finding(
         "balanced",
         "info",
-        f"no phase dominates and nothing looks wrong: {shares or 'no regions'} of "
-        f"{rules.ms(v.step)} per step",
+        f"nothing looks wrong: {shares or 'no regions'} of {rules.ms(v.step)} per step",
         "nothing to fix here; to go faster, start with the largest phase",
         evidence={"step_s": v.step},
     )

@@ -68,11 +68,17 @@ def input_bound(v: View, t: Thresholds) -> Finding | None:
     return Finding(
         "input_bound",
         severity,
-        f"{data.path} took {pct(share)} of the step{_over(how)}: {ms(seconds)} of {ms(v.step)}",
+        f"{data.path} took {pct(v.share(seconds))} of the step{_over(how)}: "
+        f"{ms(seconds)} of {ms(v.step)}",
         "raise the DataLoader's num_workers, set pin_memory=True and persistent_workers=True, "
         "and move per-sample work (decoding, augmentation) out of __getitem__ or prefetch it",
         path=data.path,
-        evidence={"share": share, "data_s": seconds, "step_s": v.step},
+        evidence={
+            "share": v.share(seconds),
+            "judged_share": share,
+            "data_s": seconds,
+            "step_s": v.step,
+        },
     )
 
 
@@ -124,13 +130,14 @@ def compute_bound(v: View, t: Thresholds) -> Finding | None:
     return Finding(
         "compute_bound",
         severity,
-        f"{phase.path} took {pct(share)} of the step ({ms(v.seconds(phase))} of "
-        f"{ms(v.step)}){inside}",
+        f"{phase.path} took {pct(v.share(v.seconds(phase)))} of the step "
+        f"({ms(v.seconds(phase))} of {ms(v.step)}){inside}",
         hint,
         path=top.path,
         evidence={
             "phase": phase.path,
-            "share": share,
+            "share": v.share(v.seconds(phase)),
+            "judged_share": share,
             "phase_s": v.seconds(phase),
             "step_s": v.step,
             "dominant": top.path,
