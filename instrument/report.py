@@ -442,9 +442,9 @@ class Report:
     flush, in bytes (see :mod:`instrument.memory` for the keys; empty when not sampled).
     With ``ranks`` other than "local" in a process group, each node's ``ranks`` and the
     ``across`` mapping (``"throughput.tokens_per_sec"``, ``"memory.device_peak_allocated"``,
-    ..., and ``"own.<path>"``: the own time — total less waiting in collectives — of each
-    region that holds one) hold the values across ranks, ``group_size`` is the number of
-    ranks combined, and
+    ..., ``"own.<path>"``: the own time — total less waiting in collectives — of each
+    region that holds one, and ``"noise.<path>"``: the spread of a region's time per
+    step) hold the values across ranks, ``group_size`` is the number of ranks combined, and
     ``stragglers`` (on the group's first rank) names the ranks that stayed slow (at most
     64, each with its 3 slowest regions; ``stragglers_count`` says how many there are). When a
     cross-rank flush could not run (a rank missing or at another interval), the report is

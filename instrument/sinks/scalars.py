@@ -35,7 +35,8 @@ Tags, with ``<path>`` the region's path (``step/forward``):
 - ``across/<tag>/rank_min``, ``rank_max``, ``rank_mean``, ``rank_argmin``, ``rank_argmax``
   for each value of ``report.across``, ``<tag>`` being its own tag above
   (``across/throughput/tokens_per_sec/rank_min``, ``across/memory/host_rss_gib/rank_max``),
-  and ``across/own/<path>_ms/...`` for a region's own time (``"own.<path>"``, for the
+  and ``across/own/<path>_ms/...`` (``across/noise/<path>_ms/...``) for a region's own
+  time (``"own.<path>"``; the spread of its time per step, ``"noise.<path>"``), for the
   regions that get tags).
 - ``diagnosis/<kind>`` for every kind of finding (``diagnosis/input_bound``...): 0 absent,
   1 info, 2 warning, 3 critical; ``diagnosis/verdict`` the same for the report's verdict;
@@ -150,6 +151,11 @@ def _scores(out: dict[str, float], prefix: str, ranks: RankStats) -> None:
         out[f"{prefix}/individual_score"] = ranks.individual_score
 
 
+#: ``across`` sections keyed by a region's path: ``"own.<path>"`` (its own time) and
+#: ``"noise.<path>"`` (the spread of its time per step).
+REGION_SECTIONS = frozenset({"own", "noise"})
+
+
 def _memory_tag(key: str) -> tuple[str, float]:
     """The tag of a memory key and the factor from its value (bytes or a count)."""
     if key in MEMORY_COUNTS:
@@ -162,8 +168,9 @@ def _across_tag(key: str) -> tuple[str, float]:
     section, _, field = key.partition(".")
     if section == "memory" and field:
         return _memory_tag(field)
-    if section == "own" and field:  # a region's own time: ms, as the time/ tags
-        return "own/" + "/".join(tag_segment(part) for part in field.split("/")) + "_ms", MS
+    if section in REGION_SECTIONS and field:  # a region's time: ms, as the time/ tags
+        path = "/".join(tag_segment(part) for part in field.split("/"))
+        return f"{section}/{path}_ms", MS
     return "/".join(tag_segment(part) for part in key.split(".")), 1.0
 
 
@@ -229,7 +236,8 @@ def scalars(report: Report, top: int | None = None) -> dict[str, float]:
             out["instrument/hooked"] = float(cost.hooked)
             out["instrument/hooked_ns"] = cost.hooked_ns
     for key, ranks in report.across.items():
-        if kept is not None and key.startswith("own.") and key[4:] not in kept:
+        section, _, field = key.partition(".")
+        if kept is not None and section in REGION_SECTIONS and field not in kept:
             continue
         tag, factor = _across_tag(key)
         _across(out, f"across/{tag}", ranks, factor)
