@@ -147,16 +147,31 @@ def test_a_save_every_20_steps_is_stalls_with_its_period(clock: FakeClock) -> No
     assert all(f.kind != "residual_heavy" for f in summary.findings)  # explained by the stalls
 
 
-def test_a_stall_inside_a_region_names_the_region(clock: FakeClock) -> None:
+def every_20_steps(extra: Callable[[FakeClock], None]) -> Step:
+    """The healthy phases, and ``extra`` after every 20th step."""
     base = phases()
 
     def step(clock: FakeClock, i: int) -> None:
         base(clock, i)
         if i % 20 == 19:
-            with instrument.timed("checkpoint"):
-                clock.advance(0.2)
+            extra(clock)
 
-    reports = run(clock, step, steps=60)
+    return step
+
+
+def timed_advance(*parts: tuple[str, float]) -> Callable[[FakeClock], None]:
+    """Each ``(name, seconds)`` as a region of that name taking that long."""
+
+    def work(clock: FakeClock) -> None:
+        for name, seconds in parts:
+            with instrument.timed(name):
+                clock.advance(seconds)
+
+    return work
+
+
+def test_a_stall_inside_a_region_names_the_region(clock: FakeClock) -> None:
+    reports = run(clock, every_20_steps(timed_advance(("checkpoint", 0.2))), steps=60)
     assert any(
         kinds(r).get("stalls", None) and kinds(r)["stalls"].path == "checkpoint" for r in reports
     )
@@ -166,26 +181,12 @@ def test_a_slow_call_of_the_steps_own_work_is_the_machine_not_a_stall(clock: Fak
     """A busy machine makes a call of forward (which runs every step) 30 times its median
     now and then, or slows calls all over the step: that is said (info), never a warning
     to move a save; the same time in no region, every 20 steps, is a stall."""
-    base = phases()
-
-    def one_place(clock: FakeClock, i: int) -> None:
-        base(clock, i)
-        if i % 20 == 19:
-            with instrument.timed("forward"):
-                clock.advance(0.12)
-
-    def scattered(clock: FakeClock, i: int) -> None:
-        base(clock, i)
-        if i % 20 == 19:
-            with instrument.timed("data"):
-                clock.advance(0.05)
-            with instrument.timed("optimizer"):
-                clock.advance(0.12)
-
+    one_place = every_20_steps(timed_advance(("forward", 0.12)))
+    scattered = every_20_steps(timed_advance(("data", 0.05), ("optimizer", 0.12)))
     for step in (one_place, scattered):
         found = [kinds(r).get("stalls") for r in run(clock, step, steps=60)]
         said = [f for f in found if f is not None]
-        assert said, step.__name__
+        assert said
         assert all(f.severity == "info" for f in said), said
         assert "machine" in said[-1].next
 
