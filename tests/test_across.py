@@ -419,3 +419,42 @@ def test_bytes_per_rank_do_not_grow_with_the_world() -> None:
         mean[world] = sum(received for _, received in moved_bytes[1:]) / (world - 1)
     assert mean[2] > buffer * 0.9  # the values really travelled
     assert mean[4] < 1.5 * mean[2]  # the tree: 4/3; a ring 1.5, an all-gather 3
+
+
+def noisy_worker(rank: int, world_size: int) -> list[dict[str, Any]]:
+    """Forward 4 or 6 ms a step, in turn (1 ms of spread), on both ranks; ``loud`` adds
+    3 ms a step on rank 1, ``close`` 0.5 ms."""
+    clock = FakeClock()
+    out = []
+    with use_clock(clock):
+        for extra in (0.0005, 0.003):
+            reports: list[instrument.Report] = []
+            reporter = instrument.Reporter(
+                every=10, ranks="minmax", rank_timeout=30, memory=False, sinks=[reports.append]
+            )
+            for i in range(30):
+                with instrument.timed("forward"):
+                    clock.advance((0.004 if (i + rank) % 2 else 0.006) + extra * rank)
+                instrument.step()
+            reporter.close()
+            out += [r.to_dict() for r in reports]
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_ranks_within_their_step_to_step_spread_have_no_slowest_rank() -> None:
+    """Rank 1 0.5 ms a step slower in a forward that moves 1 ms from step to step: chance,
+    no slowest rank, no straggler score; 3 ms slower: rank 1, scored."""
+    reports = [instrument.Report.from_dict(r) for r in run_ranks(noisy_worker, 2)[0]]
+    close, loud = reports[:3], reports[3:]
+    for report in close:
+        forward = report["forward"].ranks
+        assert forward is not None
+        assert forward.slowest is None
+        assert forward.relative_score is None
+        assert report.across["noise.forward"].rank_max == pytest.approx(0.001, rel=0.05)
+    for report in loud:
+        forward = report["forward"].ranks
+        assert forward is not None
+        assert forward.slowest == 1
+        assert forward.relative_score is not None

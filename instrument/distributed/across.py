@@ -26,7 +26,14 @@ from typing import Any
 import torch.distributed as dist
 
 from instrument.distributed import agree, reduce
-from instrument.distributed.stragglers import OWN, Tracker, is_collective, noise, own_times
+from instrument.distributed.stragglers import (
+    NOISE,
+    OWN,
+    Tracker,
+    is_collective,
+    noise,
+    own_times,
+)
 from instrument.hooks.collectives import suppressed
 from instrument.report import Node, RankStats, Report, Straggler
 from instrument.stats import Stats
@@ -150,6 +157,8 @@ class CrossRank:
         by_path = {node.path: node for node in report.nodes}
         # a region holding a collective is compared by its own time (own_times)
         own = {key[len(OWN) :]: i for i, key in enumerate(union) if key.startswith(OWN)}
+        spread = {key[len(NOISE) :]: i for i, key in enumerate(union) if key.startswith(NOISE)}
+        per_step = 1.0 if report.normalizer == "steps" or not report.steps else 1 / report.steps
         fastest, slowest, mine, skip = {}, {}, {}, set()
         for i, key in enumerate(union):
             if key.startswith("/"):
@@ -162,7 +171,9 @@ class CrossRank:
             if value is not None:
                 mine[key] = value
             if is_collective(by_path.get(key) or Node(path=key, host=Stats.empty())):
-                skip.add(key)
+                skip.add(key)  # waiting, not work: never a straggler's region
+            elif end.high - end.low < _noise(ends, spread.get(key)) / per_step:
+                skip.add(key)  # the ranks differ less than one step from the next
         scores = self.tracker.update(mine, fastest, slowest, skip)
         slow = self.tracker.slow_regions()
         if slow:
@@ -188,7 +199,12 @@ class CrossRank:
                     rank_argmax=end.argmax,
                     ranks_present=present[i],
                     per_rank=None if per_rank is None else tuple(row[i] for row in per_rank),
-                    slowest=_slowest(node, end, ends[own[key]] if key in own else None),
+                    slowest=_slowest(
+                        node,
+                        end,
+                        ends[own[key]] if key in own else None,
+                        _noise(ends, spread.get(key)) / per_step,
+                    ),
                     relative_score=None if score is None else score.relative,
                     individual_score=None if score is None else score.individual,
                 )
@@ -225,10 +241,23 @@ class CrossRank:
         return tuple(sorted(found, key=lambda s: s.rank))
 
 
-def _slowest(node: Node, end: reduce.Extremes, own_end: reduce.Extremes | None) -> int:
+def _noise(ends: list[reduce.Extremes | None], index: int | None) -> float:
+    """The largest rank's step-to-step spread at ``index`` of ``ends`` (0.0 without one)."""
+    found = None if index is None else ends[index]
+    return 0.0 if found is None else found.high
+
+
+def _slowest(
+    node: Node, end: reduce.Extremes, own_end: reduce.Extremes | None, noise: float = 0.0
+) -> int | None:
     """The rank that held the others up in ``node``: the last to arrive in a collective
     (the shortest wait), else the longest own time (``own_end``: its time less its
-    collectives', where it holds any), else the longest time."""
+    collectives', where it holds any), else the longest time; ``None`` (no rank) when the
+    ranks differ by less than ``noise``, the largest rank's step-to-step spread (in the
+    units of ``end``): then no rank is slower than chance."""
     if is_collective(node):
         return int(end.argmin)
-    return int((own_end or end).argmax)
+    compared = own_end or end
+    if compared.high - compared.low < noise:
+        return None
+    return int(compared.argmax)
