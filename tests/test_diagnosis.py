@@ -214,6 +214,54 @@ def test_a_forward_that_grows_is_a_slowdown_naming_it(clock: FakeClock) -> None:
     assert all("slowdown" not in kinds(r) for r in run(clock, phases(), steps=80))
 
 
+def test_a_jump_that_stays_is_dated_where_it_began_and_named(clock: FakeClock) -> None:
+    """At step 100 of 200 a new code path doubles forward and stays: a slowdown on
+    forward since step 100 (within one report), a jump, not a trend."""
+
+    def step(clock: FakeClock, i: int) -> None:
+        phases(forward=0.004 if i < 100 else 0.012)(clock, i)
+
+    reports = run(clock, step, steps=200)
+    found = [kinds(r).get("slowdown") for r in reports]
+    assert all(f is None for f in found[:10])  # reports up to step 100
+    first = next(f for f in found if f is not None)
+    assert found.index(first) <= 11  # the second report at the new level
+    assert first.path == "forward"
+    assert first.since_step is not None
+    assert abs(first.since_step - 100) <= 10
+    assert "jumped from 6.5 ms to 14.5 ms" in first.why
+    assert "steadily" not in first.why
+    summary = diagnose(reports)
+    assert summary.verdict is not None
+    assert (summary.verdict.kind, summary.verdict.path) == ("slowdown", "forward")
+
+
+def test_a_machine_that_slows_at_once_is_a_warning_naming_no_region(clock: FakeClock) -> None:
+    """From step 45 every region takes three times as long (other threads burning the
+    cores): a warning, dated at step 45, that sends the user to the machine."""
+
+    def step(clock: FakeClock, i: int) -> None:
+        k = 3.0 if i >= 45 else 1.0
+        phases(data=0.001 * k, forward=0.004 * k, optimizer=0.001 * k, other=0.0005 * k)(clock, i)
+
+    reports = run(clock, step, steps=100)
+    found = [f for r in reports for f in r.findings if f.kind == "slowdown"]
+    assert found
+    assert {(f.severity, f.path) for f in found} == {("warning", None)}
+    assert found[0].since_step is not None
+    assert abs(found[0].since_step - 45) <= 10
+    assert "look at the machine" in found[0].next
+
+
+def test_a_steady_drift_is_a_trend_not_a_jump(clock: FakeClock) -> None:
+    def step(clock: FakeClock, i: int) -> None:
+        phases(forward=0.004 + 0.0001 * i)(clock, i)
+
+    found = [f for r in run(clock, step, steps=120) for f in r.findings if f.kind == "slowdown"]
+    assert found
+    assert all("steadily" in f.why and "jumped" not in f.why for f in found)
+
+
 def _with_memory(reports: list[Report], values: list[int], **more: int) -> list[Report]:
     return [
         dataclasses.replace(r, memory={"host_rss": v, **more})

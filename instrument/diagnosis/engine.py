@@ -75,7 +75,8 @@ class Diagnosis:
         if stalls is not None:
             found.append(stalls)
         self._trends.add(v)
-        slowdown = self._trends.slowdown(self._for("slowdown", held_kinds))
+        relaxed = self._for("slowdown", held_kinds)
+        slowdown = self._trends.change(relaxed) or self._trends.slowdown(relaxed)
         creep = self._trends.memory_creep(self._for("memory_creep", held_kinds), v.step)
         found += [f for f in (slowdown, creep) if f is not None]
         if self._world_size > 1 and creep is not None:
@@ -89,7 +90,8 @@ class Diagnosis:
         held: dict[Key, int] = {}
         severity: dict[str, int] = {}
         for finding in ordered(found):
-            since = held[finding.key] = self._held.get(finding.key, start)
+            first = start if finding.since_step is None else finding.since_step
+            since = held[finding.key] = self._held.get(finding.key, first)
             level = SEVERITIES.index(finding.severity)
             severity[finding.kind] = max(severity.get(finding.kind, 0), level)
             finding = replaced(finding, since_step=since)

@@ -70,6 +70,12 @@ class Thresholds:
     slowdown_tau: float = 0.8
     #: ... and its own time's growth at least this fraction of the step's growth.
     slowdown_explains: float = 0.5
+    #: A jump of the step time by ``slowdown_growth`` is a change point (slowdown, dated
+    #: where it began) once this many reports show the new level ...
+    change_reports: int = 2
+    #: ... every one above every report before it, by a gap at least this many times the
+    #: spread on either side (a gradual drift spreads, a jump does not).
+    change_gap: float = 1.0
     #: Memory grown at least this many bytes over the run ...
     memory_growth: int = 32 * MIB
     #: ... with Kendall's tau at least this: memory_creep, warning ...
@@ -93,6 +99,8 @@ class Thresholds:
             raise ValueError(f"threshold hysteresis must be in (0, 1], got {self.hysteresis!r}")
         if self.trend_reports < 3:
             raise ValueError(f"threshold trend_reports must be >= 3, got {self.trend_reports!r}")
+        if self.change_reports < 1:
+            raise ValueError(f"threshold change_reports must be >= 1, got {self.change_reports!r}")
 
     def relaxed(self) -> Thresholds:
         """The thresholds a finding that already holds must stay above: shares, seconds and
@@ -142,6 +150,8 @@ _KEPT = frozenset(
         "memory_tau",
         "memory_still",
         "collective_even",
+        "change_reports",
+        "change_gap",
         "hysteresis",
     }
 )

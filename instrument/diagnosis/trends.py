@@ -116,6 +116,29 @@ class Series:
         return Trend(tau, slope, first, last, points[-1][0] - points[0][0])
 
 
+def _jump(points: list[tuple[float, float]], t: Thresholds) -> tuple[int, float, float] | None:
+    """Where a series of step times jumped up and stayed: the index of the first point at
+    the new level and the medians before and after it, or ``None``. At least
+    ``change_reports`` points after the jump, two before, every point after above every
+    point before, by ``slowdown_growth`` of the median before, and by a gap wider than
+    ``change_gap`` times the spread on either side (a steady drift spreads: its gaps are
+    never wider than its spread; a jump does not)."""
+    ys = [y for _, y in points]
+    best = None
+    for at in range(2, len(ys) - t.change_reports + 1):
+        before, after = ys[:at], ys[at:]
+        gap = min(after) - max(before)
+        spread = max(max(before) - min(before), max(after) - min(after))
+        if gap <= 0 or gap <= t.change_gap * spread:
+            continue
+        low, high = _median(sorted(before)), _median(sorted(after))
+        if high < (1.0 + t.slowdown_growth) * low:
+            continue
+        if best is None or gap > best[0]:
+            best = (gap, at, low, high)
+    return None if best is None else best[1:]
+
+
 def _still_growing(series: Series, t: Thresholds) -> bool:
     """The later half of ``series`` grows too, steadily, by ``memory_still`` of the growth
     a memory trend needs: memory that rose and then levelled off (an allocator's high-water
@@ -255,6 +278,61 @@ class Trends:
                 "throttling, other processes on its cores, swapping)"
             )
         return Finding("slowdown", severity, why, hint, path=where, evidence=evidence)
+
+    def change(self, t: Thresholds) -> Finding | None:
+        """A step time that jumped at one report and stayed there (a change point, not a
+        trend): the region whose share jumped with it, or none when every region slowed
+        alike (the machine). Found once ``change_reports`` reports show the new level."""
+        found = _jump(self.step.points, t)
+        if found is None:
+            return None
+        at, before, after = found
+        growth = after / before - 1.0
+        began = round((self.step.points[at - 1][0] + self.step.points[at][0]) / 2)
+        where, share_before, share_after = None, 0.0, 0.0
+        for path, series in self.regions.items():  # the deepest whose share jumped there
+            ys = [y for x, y in series.points if x >= self.step.points[0][0]]
+            if len(ys) != len(self.step.points):
+                continue
+            low, high = _median(sorted(ys[:at])), _median(sorted(ys[at:]))
+            if high - low < t.slowdown_share:
+                continue
+            grown = high * after - low * before
+            if grown < t.slowdown_explains * (after - before):
+                continue
+            if where is None or path.count("/") > where.count("/"):
+                where, share_before, share_after = path, low, high
+        why = (
+            f"the step jumped from {ms(before)} to {ms(after)} (+{pct(growth)}) at about "
+            f"step {began} and stayed there"
+        )
+        evidence: dict[str, object] = {
+            "first_s": before,
+            "last_s": after,
+            "growth": growth,
+            "change_step": began,
+        }
+        if where is not None:
+            why += (
+                f"; {where} went from {pct(share_before)} to {pct(share_after)} of the step "
+                f"({ms(share_before * before)} to {ms(share_after * after)})"
+            )
+            evidence.update(region=where, region_first_share=share_before)
+            evidence.update(region_last_share=share_after)
+            hint = (
+                f"look at what changed in {where} at step {began}: a new code path, a "
+                "larger input, a recompilation, a setting switched on"
+            )
+        else:
+            why += "; every region slowed alike"
+            hint = (
+                "the whole step slowed at once, not one region: look at the machine (other "
+                "processes or threads on its cores, thermal throttling, swapping)"
+            )
+        severity = "critical" if growth >= 1.0 and where is not None else "warning"
+        return Finding(
+            "slowdown", severity, why, hint, path=where, evidence=evidence, since_step=began
+        )
 
     def memory_creep(self, t: Thresholds, seconds_per_step: float) -> Finding | None:
         """Memory growing steadily over the run: bytes per step and, where the capacity is
