@@ -75,7 +75,7 @@ class Thresholds:
     change_reports: int = 2
     #: ... every one above every report before it, by a gap at least this many times the
     #: spread on either side (a gradual drift spreads, a jump does not).
-    change_gap: float = 1.0
+    change_gap: float = 2.0
     #: Memory grown at least this many bytes over the run ...
     memory_growth: int = 32 * MIB
     #: ... with Kendall's tau at least this: memory_creep, warning ...
