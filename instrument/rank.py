@@ -48,7 +48,11 @@ class WorldWatch:
         """Whether ``world`` (a group or ``None``) is another object than last time; then
         it is remembered."""
         seen = self._seen
-        if seen is not None and seen() is world:
+        if world is None:
+            same = seen is _no_group
+        else:  # a group that died answers None: another group than ``world`` then
+            same = seen is not None and seen is not _no_group and seen() is world
+        if same:
             return False
         self._seen = _no_group if world is None else weakref.ref(world)
         return True

@@ -4,6 +4,8 @@ stub ``torch.distributed`` (NeMo's unit tests) and a real gloo group alike."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -107,3 +109,24 @@ def test_the_kept_rank_follows_patched_functions(monkeypatch: pytest.MonkeyPatch
     assert rank_lookup.rank_and_world() == (3, 4)
     monkeypatch.undo()
     assert rank_lookup.rank_and_world() == (0, 1)
+
+
+def test_the_world_watch_holds_no_group_and_tells_a_dead_one_from_none() -> None:
+    """It keeps a weak reference only (a group it held would outlive
+    ``destroy_process_group()``), and a group that died is not "no group"."""
+
+    class Group:
+        pass
+
+    watch = rank_lookup.WorldWatch()
+    assert watch.changed(None)
+    assert not watch.changed(None)
+    group = Group()
+    assert watch.changed(group)
+    assert not watch.changed(group)
+    gone = weakref.ref(group)
+    del group
+    gc.collect()
+    assert gone() is None  # not kept alive by the watch
+    assert watch.changed(None)  # destroyed: no group now, another answer
+    assert not watch.changed(None)
