@@ -215,8 +215,9 @@ def test_a_forward_that_grows_is_a_slowdown_naming_it(clock: FakeClock) -> None:
 
 
 def test_a_jump_that_stays_is_dated_where_it_began_and_named(clock: FakeClock) -> None:
-    """At step 100 of 200 a new code path doubles forward and stays: a slowdown on
-    forward since step 100 (within one report), a jump, not a trend."""
+    """At step 100 of 200 a new code path triples forward and stays: a slowdown on forward
+    since step 100 (within one report), a jump, not a trend; a warning once the step has
+    doubled (a smaller jump is said as info)."""
 
     def step(clock: FakeClock, i: int) -> None:
         phases(forward=0.004 if i < 100 else 0.012)(clock, i)
@@ -226,7 +227,7 @@ def test_a_jump_that_stays_is_dated_where_it_began_and_named(clock: FakeClock) -
     assert all(f is None for f in found[:10])  # reports up to step 100
     first = next(f for f in found if f is not None)
     assert found.index(first) <= 11  # the second report at the new level
-    assert first.path == "forward"
+    assert (first.path, first.severity) == ("forward", "warning")
     assert first.since_step is not None
     assert abs(first.since_step - 100) <= 10
     assert "jumped from 6.5 ms to 14.5 ms" in first.why
@@ -235,10 +236,19 @@ def test_a_jump_that_stays_is_dated_where_it_began_and_named(clock: FakeClock) -
     assert summary.verdict is not None
     assert (summary.verdict.kind, summary.verdict.path) == ("slowdown", "forward")
 
+    def smaller(clock: FakeClock, i: int) -> None:  # +46 %: what a busy machine can do
+        phases(forward=0.004 if i < 100 else 0.007)(clock, i)
 
-def test_a_machine_that_slows_at_once_is_a_warning_naming_no_region(clock: FakeClock) -> None:
-    """From step 45 every region takes three times as long (other threads burning the
-    cores): a warning, dated at step 45, that sends the user to the machine."""
+    found = [f for r in run(clock, smaller, steps=200) for f in r.findings]
+    jumps = [f for f in found if f.kind == "slowdown"]
+    assert jumps
+    assert {(f.severity, f.path) for f in jumps} == {("info", "forward")}
+
+
+def test_a_machine_that_slows_at_once_is_named_as_the_machine(clock: FakeClock) -> None:
+    """From step 45 every region takes three times as long (other work on the cores): dated
+    at step 45, naming no region, sending the user to the machine; info, since other
+    processes starting on a shared machine look the same."""
 
     def step(clock: FakeClock, i: int) -> None:
         k = 3.0 if i >= 45 else 1.0
@@ -247,7 +257,7 @@ def test_a_machine_that_slows_at_once_is_a_warning_naming_no_region(clock: FakeC
     reports = run(clock, step, steps=100)
     found = [f for r in reports for f in r.findings if f.kind == "slowdown"]
     assert found
-    assert {(f.severity, f.path) for f in found} == {("warning", None)}
+    assert {(f.severity, f.path) for f in found} == {("info", None)}
     assert found[0].since_step is not None
     assert abs(found[0].since_step - 45) <= 10
     assert "look at the machine" in found[0].next

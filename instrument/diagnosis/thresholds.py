@@ -76,6 +76,9 @@ class Thresholds:
     #: ... every one above every report before it, by a gap at least this many times the
     #: spread on either side (a gradual drift spreads, a jump does not).
     change_gap: float = 2.0
+    #: A change point naming a region is a warning from this growth of the step (a busy
+    #: machine moves a short run's step by half), else info.
+    change_growth: float = 1.0
     #: Memory grown at least this many bytes over the run ...
     memory_growth: int = 32 * MIB
     #: ... with Kendall's tau at least this: memory_creep, warning ...

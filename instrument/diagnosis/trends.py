@@ -124,6 +124,8 @@ def _jump(points: list[tuple[float, float]], t: Thresholds) -> tuple[int, float,
     ``change_gap`` times the spread on either side (a steady drift spreads: its gaps are
     never wider than its spread; a jump does not)."""
     ys = [y for _, y in points]
+    if len(ys) < 2 + t.change_reports or max(ys) < (1.0 + t.slowdown_growth) * min(ys):
+        return None  # the usual case, at the cost of two passes
     best = None
     for at in range(2, len(ys) - t.change_reports + 1):
         before, after = ys[:at], ys[at:]
@@ -329,7 +331,8 @@ class Trends:
                 "the whole step slowed at once, not one region: look at the machine (other "
                 "processes or threads on its cores, thermal throttling, swapping)"
             )
-        severity = "critical" if growth >= 1.0 and where is not None else "warning"
+        # a smaller jump, or every region alike: another process's load looks the same
+        severity = "warning" if where is not None and growth >= t.change_growth else "info"
         return Finding(
             "slowdown", severity, why, hint, path=where, evidence=evidence, since_step=began
         )
