@@ -308,12 +308,8 @@ class Trends:
             f"the step jumped from {ms(before)} to {ms(after)} (+{pct(growth)}) at about "
             f"step {began} and stayed there"
         )
-        evidence: dict[str, object] = {
-            "first_s": before,
-            "last_s": after,
-            "growth": growth,
-            "change_step": began,
-        }
+        evidence: dict[str, object] = {"first_s": before, "last_s": after, "growth": growth}
+        evidence["change_step"] = began
         if where is not None:
             why += (
                 f"; {where} went from {pct(share_before)} to {pct(share_after)} of the step "
