@@ -30,8 +30,8 @@ class Stalls:
         warm-up: first calls, lazy initialisation) is not judged, and ``instrument``'s own
         flush (with any wait for a missing rank) is taken out of the step that carried it
         first: it is never the user's stall."""
-        report, step = v.report, v.report.step_time
-        if step is None or not v.has_steps or report.step - report.steps <= 0:
+        step = v.report.step_time
+        if step is None or not v.has_steps or v.warm_up:
             return None
         self.steps += v.steps
         per_call = v.per_call  # a step's figures (median, longest) -> seconds
@@ -39,7 +39,7 @@ class Stalls:
         flush = v.flush * v.steps  # seconds in the interval
         longest = max(step.max * per_call - flush, median)
         excess = longest - median
-        if longest < t.stall_ratio * median or excess < t.stall_min:
+        if not _stall_shaped(median, longest, t):
             return None
         total = v.step * v.steps - flush
         lost = max(total - median * v.steps, 0.0)
@@ -106,6 +106,11 @@ class Stalls:
         return found.path if found is not None else v.other_path
 
 
+def _stall_shaped(median: float, longest: float, t: Thresholds) -> bool:
+    """A longest time (seconds) ``stall_ratio`` times the median and ``stall_min`` longer."""
+    return longest >= t.stall_ratio * median and longest - median >= t.stall_min
+
+
 def _scattered(v: View, where: str, t: Thresholds) -> str | None:
     """A region outside ``where``'s line (neither above nor below it) that runs every step
     and also has a call ``stall_ratio`` times its median and ``stall_min`` longer, or
@@ -118,7 +123,7 @@ def _scattered(v: View, where: str, t: Thresholds) -> str | None:
         if where.startswith(path + "/") or path.startswith(where + "/"):
             continue
         median, longest = node.p50 * v.per_call, node.max * v.per_call
-        if longest >= t.stall_ratio * median and longest - median >= t.stall_min:
+        if _stall_shaped(median, longest, t):
             return f"{path} up to {ms(longest)} against a median of {ms(median)}"
     return None
 

@@ -175,7 +175,7 @@ class Trends:
         """Take one report's points (not the run's first interval, its warm-up)."""
         report = v.report
         self.run_steps = max(self.run_steps, report.step)
-        first_interval = report.step - report.steps <= 0
+        first_interval = v.warm_up
         for key, _, capacity in MEMORY:
             if key in report.memory and not first_interval:
                 self.memory.setdefault(key, Series()).add(report.step, report.memory[key])

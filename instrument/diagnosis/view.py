@@ -6,7 +6,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from instrument.distributed.stragglers import is_collective
+from instrument.distributed.stragglers import is_collective, step_spread
 from instrument.report import OTHER_ROW, Node, RankStats, Report
 
 OTHER = OTHER_ROW
@@ -119,9 +119,7 @@ class View:
         stats = self.report.across.get("noise." + node.path)
         if stats is not None:
             return float(stats.rank_max) * self.per_call
-        if self.steps <= 0 or node.count < 2:
-            return 0.0
-        return float(node.std * (node.count / self.steps) ** 0.5) * self.per_call
+        return step_spread(node, self.steps) * self.per_call
 
     @property
     def has_steps(self) -> bool:

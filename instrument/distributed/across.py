@@ -160,6 +160,7 @@ class CrossRank:
         spread = {key[len(NOISE) :]: i for i, key in enumerate(union) if key.startswith(NOISE)}
         per_step = 1.0 if report.normalizer == "steps" or not report.steps else 1 / report.steps
         fastest, slowest, mine, skip = {}, {}, {}, set()
+        calm: set[str] = set()  # no rank slower than chance
         for i, key in enumerate(union):
             if key.startswith("/"):
                 continue
@@ -174,6 +175,7 @@ class CrossRank:
                 skip.add(key)  # waiting, not work: never a straggler's region
             elif end.high - end.low < _noise(ends, spread.get(key)) / per_step:
                 skip.add(key)  # the ranks differ less than one step from the next
+                calm.add(key)
         scores = self.tracker.update(mine, fastest, slowest, skip)
         slow = self.tracker.slow_regions()
         if slow:
@@ -199,12 +201,9 @@ class CrossRank:
                     rank_argmax=end.argmax,
                     ranks_present=present[i],
                     per_rank=None if per_rank is None else tuple(row[i] for row in per_rank),
-                    slowest=_slowest(
-                        node,
-                        end,
-                        ends[own[key]] if key in own else None,
-                        _noise(ends, spread.get(key)) / per_step,
-                    ),
+                    slowest=None
+                    if key in calm
+                    else _slowest(node, end, ends[own[key]] if key in own else None),
                     relative_score=None if score is None else score.relative,
                     individual_score=None if score is None else score.individual,
                 )
@@ -247,17 +246,10 @@ def _noise(ends: list[reduce.Extremes | None], index: int | None) -> float:
     return 0.0 if found is None else found.high
 
 
-def _slowest(
-    node: Node, end: reduce.Extremes, own_end: reduce.Extremes | None, noise: float = 0.0
-) -> int | None:
+def _slowest(node: Node, end: reduce.Extremes, own_end: reduce.Extremes | None) -> int:
     """The rank that held the others up in ``node``: the last to arrive in a collective
     (the shortest wait), else the longest own time (``own_end``: its time less its
-    collectives', where it holds any), else the longest time; ``None`` (no rank) when the
-    ranks differ by less than ``noise``, the largest rank's step-to-step spread (in the
-    units of ``end``): then no rank is slower than chance."""
+    collectives', where it holds any), else the longest time."""
     if is_collective(node):
         return int(end.argmin)
-    compared = own_end or end
-    if compared.high - compared.low < noise:
-        return None
-    return int(compared.argmax)
+    return int((own_end or end).argmax)

@@ -47,8 +47,17 @@ def noise(nodes: Iterable[Node], steps: int) -> dict[str, float]:
     out = {}
     for node in nodes:
         if node.count >= 2 and node.path.count("/") <= 1 and not is_collective(node):
-            out[NOISE + node.path] = node.std * (node.count / steps) ** 0.5
+            out[NOISE + node.path] = step_spread(node, steps)
     return out
+
+
+def step_spread(node: Node, steps: int) -> float:
+    """The standard deviation of ``node``'s time per step over ``steps`` steps (its
+    calls' spread times the square root of its calls per step; 0.0 under two calls), in
+    the unit of its per-call figures."""
+    if steps <= 0 or node.count < 2:
+        return 0.0
+    return float(node.std * (node.count / steps) ** 0.5)
 
 
 def own_times(nodes: Iterable[Node]) -> dict[str, float]:
