@@ -407,6 +407,15 @@ def test_hysteresis_keeps_a_finding_but_never_raises_its_severity(clock: FakeClo
     severities = [kinds(r)["input_bound"].severity for r in run(clock, step, steps=40)]
     assert severities == ["warning"] * 4
 
+    def dropping(clock: FakeClock, i: int) -> None:  # 66 %, then 60 %
+        share = 0.66 if i < 20 else 0.60
+        phases(data=0.01 * share, forward=0.01 * (1 - share), optimizer=0.0, other=0.0)(clock, i)
+
+    # a warning from 65 %: 60 % is kept by the relaxed 52 %, over the relaxed critical 56 %
+    close = Thresholds(input_share=0.65, input_critical=0.7)
+    kept = [kinds(r).get("input_bound") for r in run(clock, dropping, steps=40, diagnose=close)]
+    assert [f.severity if f else None for f in kept] == ["warning"] * 4
+
 
 def test_a_plain_optimizer_share_is_no_warning(clock: FakeClock) -> None:
     """AdamW on a small model takes 35-40 % of a healthy step: no finding calls it a
